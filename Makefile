@@ -1,0 +1,34 @@
+# memo-mw: `make demo` runs the demo chat app, `make test` runs the test suite.
+# Both create the virtual environment (.venv) and install the package on first use.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: venv test demo worker redis-server bench clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The tests start their own redis-server on a free port; install it when missing and we can.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || test -x /usr/bin/redis-server || \
+	  { (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1 || \
+	    echo "warning: redis-server is missing and could not be installed; Redis tests will be skipped"; }
+
+test: venv redis-server
+	$(BIN)/python -m pytest
+
+demo: venv
+	$(BIN)/python -m memo_mw.demo
+
+worker: venv
+	$(BIN)/memo-mw worker
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache var

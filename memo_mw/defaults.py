@@ -1,0 +1,67 @@
+"""Tunables, one place, each with the reason for its default.
+
+Every keyword argument of :class:`memo_mw.MemoryMiddleware` that is not a path or a
+callable defaults to a value here; the Flask extension reads the same values as
+``MEMO_*`` keys.
+"""
+
+#: Rule files loaded when ``rules=None``, from the top-level ``rules/`` folder.
+DEFAULT_RULE_FILES = ("zh.yaml", "en.yaml")
+
+#: Paths the middleware reads. Everything else passes through untouched.
+PATHS = ("/chat", "/v1/chat/completions")
+
+#: Where the user id comes from first; the body's ``user_id``/``user`` field is the fallback.
+USER_HEADER = "X-User-Id"
+
+#: Bodies larger than this are passed through unread: memory is for chat turns, and
+#: reading a large upload into memory to look for "I like" is not worth its cost.
+MAX_BODY_BYTES = 256 * 1024
+
+#: Messages longer than this (characters) are not captured: long pastes are seldom a
+#: statement about the user. Rule files may set their own ``max_length``.
+MAX_MESSAGE_CHARS = 200
+
+#: The longest captured phrase (characters) that becomes a memory; longer captures
+#: are usually a clause run-on, not a preference.
+MAX_CAPTURE_CHARS = 60
+
+#: A rule's confidence when the rule does not say.
+DEFAULT_CONFIDENCE = 0.7
+
+#: Seconds a single pattern may run on a message. Bounds catastrophic backtracking.
+REGEX_TIMEOUT = 0.05
+
+#: Recall: at most this many memories per request (DESIGN: 3-5).
+RECALL_K = 5
+
+#: Recall: character budget of the memory lines in the injected block; keeps the prompt small.
+RECALL_BUDGET_CHARS = 600
+
+#: Recall score weights (DESIGN): relevance, recency, hotness.
+WEIGHT_RELEVANCE = 0.7
+WEIGHT_RECENCY = 0.1
+WEIGHT_HOTNESS = 0.2
+
+#: Recency decay per day since last access: ``exp(-RECENCY_DECAY * days)``.
+RECENCY_DECAY = 0.01
+
+#: The RQ queue the middleware enqueues to and ``memo-mw worker`` listens on.
+QUEUE_NAME = "memo"
+
+#: rq's import path of the serializer: plain JSON payloads, never pickle.
+SERIALIZER = "rq.serializers.JSONSerializer"
+
+#: Seconds to wait for Redis on connect and on each command: a chat request must not
+#: hang on a sick Redis.
+REDIS_TIMEOUT = 0.5
+
+#: Seconds a finished job's id is kept, so a retried request (same user, summary and
+#: message time) does not make a second job.
+JOB_RESULT_TTL = 24 * 3600
+
+#: SQLite busy timeout (milliseconds): writers wait for each other instead of failing.
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+#: Increase of confidence when the same memory is stated again (capped at 1.0).
+CONFIDENCE_STEP = 0.1

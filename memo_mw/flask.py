@@ -1,0 +1,76 @@
+"""``Memo``: the Flask extension. It reads ``MEMO_*`` settings and installs :class:`MemoryMiddleware`.
+
+::
+
+    memo = Memo(app)            # or: memo = Memo(); memo.init_app(app)
+
+Settings (each defaults to the middleware's keyword argument of the same name):
+
+=====================  ===========================================  =====================
+key                    meaning                                      default
+=====================  ===========================================  =====================
+MEMO_DB                SQLite file                                  ``memo.db`` (instance folder)
+MEMO_REDIS_URL         Redis for the job queue; unset: in-process   ``None``
+MEMO_RULES             rule files or folders (list or one path)     shipped rules
+MEMO_PATHS             chat paths read on POST                      ``/chat``, ``/v1/chat/completions``
+MEMO_USER_HEADER       header holding the user id                   ``X-User-Id``
+MEMO_MAX_BODY          larger bodies pass through unread (bytes)    262144
+MEMO_INJECT_FIELD      plain bodies: field for the block            ``None`` (prepend to message)
+MEMO_RECALL_K          memories per request                         5
+MEMO_RECALL_BUDGET     characters of memory lines per request       600
+MEMO_QUEUE             RQ queue name                                ``memo``
+=====================  ===========================================  =====================
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import defaults
+from .middleware import GetUser, MemoryMiddleware
+
+
+class Memo:
+    """Flask extension; the middleware it installs is ``app.extensions["memo"].middleware``."""
+
+    def __init__(self, app: Any = None, *, get_user: GetUser | None = None):
+        self.get_user = get_user
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Any) -> None:
+        if "memo" in app.extensions:
+            raise RuntimeError("memo-mw is already registered on this app; call init_app once per app.")
+        config = app.config
+        config.setdefault("MEMO_DB", os.path.join(app.instance_path, "memo.db"))
+        config.setdefault("MEMO_REDIS_URL", None)
+        config.setdefault("MEMO_RULES", None)
+        config.setdefault("MEMO_PATHS", list(defaults.PATHS))
+        config.setdefault("MEMO_USER_HEADER", defaults.USER_HEADER)
+        config.setdefault("MEMO_MAX_BODY", defaults.MAX_BODY_BYTES)
+        config.setdefault("MEMO_INJECT_FIELD", None)
+        config.setdefault("MEMO_RECALL_K", defaults.RECALL_K)
+        config.setdefault("MEMO_RECALL_BUDGET", defaults.RECALL_BUDGET_CHARS)
+        config.setdefault("MEMO_QUEUE", defaults.QUEUE_NAME)
+        middleware = MemoryMiddleware(
+            app.wsgi_app,
+            rules=config["MEMO_RULES"],
+            db=config["MEMO_DB"],
+            redis_url=config["MEMO_REDIS_URL"],
+            paths=config["MEMO_PATHS"],
+            user_header=config["MEMO_USER_HEADER"],
+            get_user=self.get_user,
+            max_body=config["MEMO_MAX_BODY"],
+            inject_field=config["MEMO_INJECT_FIELD"],
+            recall_k=config["MEMO_RECALL_K"],
+            recall_budget=config["MEMO_RECALL_BUDGET"],
+            queue_name=config["MEMO_QUEUE"],
+        )
+        app.wsgi_app = middleware
+        app.extensions["memo"] = _State(middleware)
+
+
+class _State:
+    def __init__(self, middleware: MemoryMiddleware):
+        self.middleware = middleware

@@ -1,0 +1,286 @@
+"""The capture funnel: which user messages become memories, and as what one-line summary.
+
+Each message goes through the stages in order and stops at the first that says no::
+
+    forget?  -> trigger -> length -> negative gates -> sensitive gate -> compression -> captured
+
+Everything here is pure computation on the message and the compiled rules: no I/O,
+microseconds per message. The result names the stage where the message stopped, so
+``memo-mw replay`` can count them and ``memo-mw rules test`` can show the trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import string
+from dataclasses import asdict, dataclass, field
+
+import regex
+
+from . import defaults
+from .privacy import mask_pii
+from .rules import Gate, RuleFile, RuleSet, Trigger
+from .text import memory_key, nfkc
+
+log = logging.getLogger(__name__)
+
+#: Stage names, in funnel order; ``captured`` and ``forget`` are the two that produce work.
+STAGES = ("forget", "no_trigger", "too_long", "negative", "sensitive", "unusable", "captured")
+
+# A sentence ends at CJK or Latin terminal punctuation or a newline (a period only
+# before whitespace, so "3.5" stays whole); a comma before "but"/"但是" also starts a new
+# clause, so "I like jazz, but I hate country" yields two statements.
+_SPLIT = regex.compile(
+    r"(?<=[。！？!?；;])|\n|(?<=\.)(?=\s)|[,，]\s*(?=(?:but|however|though|although)\b|但|不过|可是)",
+    regex.IGNORECASE | regex.V1,
+)
+_EDGE_PUNCT = regex.compile(r"^[\s\p{P}]+|[\s\p{P}]+$")
+_SPACES = regex.compile(r"\s+")
+
+
+@dataclass
+class Candidate:
+    """One memory the funnel wants stored: plain values only, so it travels as JSON."""
+
+    type: str
+    key: str
+    polarity: int
+    content: str
+    excerpt: str
+    rule_id: str
+    confidence: float
+    ttl_days: float | None
+    language: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FunnelResult:
+    """Where a message stopped, what it produced, and the trace through each gate."""
+
+    stage: str
+    candidates: list[Candidate] = field(default_factory=list)
+    forget_scope: str | None = None
+    forget_match: str | None = None
+    trace: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def captured(self) -> bool:
+        return self.stage == "captured"
+
+
+@dataclass
+class _Hit:
+    sentence: str
+    trigger: Trigger
+    match: regex.Match
+    rule_file: RuleFile
+
+
+class Funnel:
+    """Runs messages through the compiled rules. Thread-safe: it holds no per-message state."""
+
+    def __init__(self, rules: RuleSet, *, timeout: float = defaults.REGEX_TIMEOUT):
+        self.rules = rules
+        self.timeout = timeout
+        self._fillers = [p for f in rules.files for p in f.fillers]
+
+    # -- matching with a timeout -------------------------------------------------------
+
+    def _search(self, pattern: regex.Pattern, text: str, rule_id: str) -> regex.Match | None:
+        try:
+            return pattern.search(text, timeout=self.timeout)
+        except TimeoutError:
+            log.warning("memo-mw: rule %s timed out on a message of %d characters; treated as no match",
+                        rule_id, len(text))
+            return None
+
+    def _gate_hit(self, gates: list[Gate], text: str) -> Gate | None:
+        for gate in gates:
+            if self._search(gate.pattern, text, gate.id) is not None:
+                return gate
+        return None
+
+    # -- the stages --------------------------------------------------------------------
+
+    def clean(self, text: str) -> str:
+        """NFKC, fillers removed, whitespace collapsed."""
+        text = nfkc(text)
+        for filler in self._fillers:
+            try:
+                text = filler.sub("", text, timeout=self.timeout)
+            except TimeoutError:
+                log.warning("memo-mw: a filler pattern timed out; left the text as it was")
+        return _SPACES.sub(" ", text).strip()
+
+    def sentences(self, text: str) -> list[str]:
+        return [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
+
+    def process(self, message: str) -> FunnelResult:
+        """Run one user message through every stage."""
+        text = self.clean(message or "")
+        trace: list[tuple[str, str]] = []
+        if not text:
+            return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
+
+        forget = self._forget(text)
+        if forget is not None:
+            gate, what = forget
+            trace.append(("forget", f"{gate.id} ({gate.scope})"))
+            return FunnelResult("forget", forget_scope=gate.scope, forget_match=what, trace=trace)
+
+        hits = self._triggers(text)
+        if not hits:
+            trace.append(("trigger", "no trigger matched"))
+            return FunnelResult("no_trigger", trace=trace)
+        trace.append(("trigger", ", ".join(h.trigger.id for h in hits)))
+
+        limit = max(h.rule_file.max_length for h in hits)
+        if len(text) > limit:
+            trace.append(("length", f"{len(text)} > {limit} characters"))
+            return FunnelResult("too_long", trace=trace)
+        trace.append(("length", f"{len(text)} <= {limit}"))
+
+        whole = self._gate_hit([g for g in self.rules.gates("negative") if g.scope == "message"], text)
+        kept = []
+        for hit in hits:
+            gate = whole or self._gate_hit(
+                [g for g in self.rules.gates("negative") if g.scope == "sentence"], hit.sentence)
+            if gate is None:
+                kept.append(hit)
+            else:
+                trace.append(("negative", f"{gate.id}: {gate.reason}"))
+        if not kept:
+            return FunnelResult("negative", trace=trace)
+
+        private = []
+        for hit in kept:
+            gate = self._gate_hit(self.rules.gates("sensitive"), hit.sentence)
+            if gate is None:
+                private.append(hit)
+            else:
+                trace.append(("sensitive", f"{gate.id}: {gate.reason}"))
+        if not private:
+            return FunnelResult("sensitive", trace=trace)
+
+        candidates: dict[tuple[str, int], Candidate] = {}
+        for hit in private:
+            candidate = self._compress(hit)
+            if candidate is None:
+                trace.append(("compress", f"{hit.trigger.id}: nothing usable captured"))
+            elif (candidate.key, candidate.polarity) not in candidates:
+                candidates[(candidate.key, candidate.polarity)] = candidate
+                trace.append(("compress", f"{hit.trigger.id} -> {candidate.content}"))
+        if not candidates:
+            return FunnelResult("unusable", trace=trace)
+        return FunnelResult("captured", candidates=list(candidates.values()), trace=trace)
+
+    def _forget(self, text: str) -> tuple[Gate, str | None] | None:
+        for gate in self.rules.gates("forget"):
+            match = self._search(gate.pattern, text, gate.id)
+            if match is None:
+                continue
+            if gate.scope == "all":
+                return gate, None
+            what = _EDGE_PUNCT.sub("", match.group("what") or "")
+            if what:
+                return gate, what
+        return None
+
+    def is_recall_all(self, message: str) -> bool:
+        """True for questions like "what do you remember about me": recall everything, not just matches."""
+        return self._gate_hit(self.rules.gates("recall_all"), nfkc(message or "")) is not None
+
+    def _triggers(self, text: str) -> list[_Hit]:
+        hits = []
+        for sentence in self.sentences(text):
+            for rule_file in self.rules.files:
+                hit = next((_Hit(sentence, t, m, rule_file) for t in rule_file.triggers
+                            if (m := self._search(t.pattern, sentence, t.id)) is not None), None)
+                if hit is not None:
+                    hits.append(hit)
+                    break
+        return hits
+
+    def _compress(self, hit: _Hit) -> Candidate | None:
+        rule_file, trigger = hit.rule_file, hit.trigger
+        values = {}
+        for name, value in hit.match.groupdict().items():
+            value = self._tidy(value or "", rule_file, particles=(name == "what"))
+            if not value and name in trigger.pattern.groupindex and f"{{{name}}}" in trigger.summary:
+                return None
+            values[name] = value
+        if len(values.get("what", "")) > rule_file.max_capture:
+            return None
+        content = _SPACES.sub(" ", render(trigger.summary, values)).strip()
+        key = memory_key(render(trigger.key, values))
+        if not content or not key:
+            return None
+        return Candidate(
+            type=trigger.type, key=mask_pii(key), polarity=trigger.polarity, content=mask_pii(content),
+            excerpt=mask_pii(hit.sentence), rule_id=trigger.id, confidence=trigger.confidence,
+            ttl_days=trigger.ttl_days, language=rule_file.language,
+        )
+
+    @staticmethod
+    def _tidy(value: str, rule_file: RuleFile, *, particles: bool) -> str:
+        """Edge punctuation (and, for the remembered phrase, trailing particles) off; first person to third."""
+        value = _EDGE_PUNCT.sub("", value.strip())
+        changed = particles
+        while changed and value:
+            changed = False
+            for particle in rule_file.trailing:
+                if _ends_with_particle(value, particle):
+                    value = _EDGE_PUNCT.sub("", value[: -len(particle)])
+                    changed = True
+        for pattern, replacement in rule_file.pronouns:
+            value = pattern.sub(replacement, value)
+        return value
+
+
+class _TemplateFormatter(string.Formatter):
+    """``str.format`` plus the spec ``3sg``: the first word as an English third-person verb."""
+
+    def format_field(self, value, format_spec):
+        if format_spec == "3sg":
+            return third_person(str(value))
+        return super().format_field(value, format_spec)
+
+
+_FORMATTER = _TemplateFormatter()
+TEMPLATE_SPECS = ("", "3sg")
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """Render a rule's summary or key template."""
+    return _FORMATTER.vformat(template, (), values)
+
+
+def third_person(phrase: str) -> str:
+    """``run at 6am`` -> ``runs at 6am``; ``go`` -> ``goes``; ``study`` -> ``studies``."""
+    first, sep, rest = phrase.partition(" ")
+    lower = first.lower()
+    if lower in _IRREGULAR:
+        first = _IRREGULAR[lower]
+    elif not lower.isalpha() or lower.endswith("s") and not lower.endswith(("ss", "sh", "ch")):
+        return phrase
+    elif lower.endswith(("sh", "ch", "ss", "x", "o", "z")):
+        first += "es"
+    elif lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
+        first = first[:-1] + "ies"
+    else:
+        first += "s"
+    return first + sep + rest
+
+
+_IRREGULAR = {"have": "has", "be": "is", "am": "is", "do": "does", "go": "goes", "can": "can",
+              "will": "will", "must": "must", "should": "should", "may": "may", "might": "might"}
+
+
+def _ends_with_particle(value: str, particle: str) -> bool:
+    """``value`` ends with ``particle``; a Latin particle must be a whole word ("too", not "tattoo")."""
+    if len(value) <= len(particle) or not value.casefold().endswith(particle.casefold()):
+        return False
+    return not particle[0].isascii() or not particle[0].isalnum() or value[-len(particle) - 1].isspace()

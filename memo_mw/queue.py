@@ -1,0 +1,115 @@
+"""Where the middleware sends work: RQ on Redis, or an in-process thread when no Redis is set.
+
+Both backends take the same call: a job function's dotted path, its JSON arguments
+and an optional job id. A job id seen before is not enqueued again, so a retried
+request does not make a second job.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import logging
+import queue as stdlib_queue
+import threading
+from typing import Any, Protocol
+
+from . import defaults
+
+log = logging.getLogger(__name__)
+
+
+class Backend(Protocol):
+    def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
+        """Queue ``func(*args)``; False when it was not queued (duplicate id, or Redis unreachable)."""
+
+    def close(self) -> None: ...
+
+
+def import_function(path: str):
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+class RQBackend:
+    """Jobs on the ``memo`` queue of a Redis server, run by ``memo-mw worker`` (or ``rq worker``)."""
+
+    def __init__(self, redis_url: str, *, queue_name: str = defaults.QUEUE_NAME,
+                 timeout: float = defaults.REDIS_TIMEOUT):
+        import redis
+        from rq import Queue, Retry
+
+        self.connection = redis.Redis.from_url(
+            redis_url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        self.queue = Queue(queue_name, connection=self.connection, serializer=defaults.SERIALIZER)
+        # Retries cover a worker that died or a database that stayed locked.
+        self._retry = Retry(max=3, interval=[1, 10, 60])
+
+    def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
+        from rq.exceptions import DuplicateJobError
+
+        try:
+            self.queue.enqueue(func, *args, job_id=job_id, unique=job_id is not None,
+                               result_ttl=defaults.JOB_RESULT_TTL, failure_ttl=7 * 86400,
+                               retry=self._retry)
+        except DuplicateJobError:
+            log.debug("memo-mw: job %s already queued; not queued twice", job_id)
+            return False
+        return True
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+class ThreadBackend:
+    """The embedded default: the same job functions, run one at a time on a daemon thread.
+
+    Good for a demo, a test or a single-process app. Jobs still queued when the
+    process exits are lost, which is why production should run Redis and a worker.
+    """
+
+    _warned = False
+    _SEEN_IDS = 10_000
+
+    def __init__(self) -> None:
+        self._jobs: stdlib_queue.Queue = stdlib_queue.Queue()
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="memo-mw-jobs", daemon=True)
+        self._thread.start()
+        if not ThreadBackend._warned:
+            ThreadBackend._warned = True
+            log.warning("memo-mw: no redis_url given; running memory jobs on an in-process thread. "
+                        "In production set redis_url and run `memo-mw worker`.")
+
+    def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
+        if job_id is not None:
+            with self._lock:
+                if job_id in self._seen:
+                    return False
+                self._seen[job_id] = None
+                if len(self._seen) > self._SEEN_IDS:
+                    self._seen.popitem(last=False)
+        self._jobs.put((func, args))
+        return True
+
+    def join(self) -> None:
+        """Block until every queued job has run (for tests and orderly shutdown)."""
+        self._jobs.join()
+
+    def close(self) -> None:
+        self.join()
+
+    def _run(self) -> None:
+        while True:
+            func, args = self._jobs.get()
+            try:
+                import_function(func)(*args)
+            except Exception:
+                log.exception("memo-mw: job %s failed", func)
+            finally:
+                self._jobs.task_done()
+
+
+def make_backend(redis_url: str | None, *, queue_name: str = defaults.QUEUE_NAME) -> Backend:
+    return RQBackend(redis_url, queue_name=queue_name) if redis_url else ThreadBackend()

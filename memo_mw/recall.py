@@ -1,0 +1,110 @@
+"""Recall: pick the few memories worth showing the model for this message, and format them.
+
+Score (DESIGN): ``w_rel * relevance + w_rec * recency + w_hot * hotness`` with
+``recency = exp(-decay * days since last use)`` and ``hotness = log(1 + hits)``
+normalised by the hottest candidate. Relevance is lexical on Chinese-aware tokens
+(:func:`memo_mw.text.tokens`). ``style`` memories are always included; other memories
+need some relevance to the message, unless the message asks what is remembered.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import defaults
+from .text import tokens
+
+BLOCK_BEGIN = "[MEMORY_BEGIN]"
+BLOCK_END = "[MEMORY_END]"
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    k: int = defaults.RECALL_K
+    budget: int = defaults.RECALL_BUDGET_CHARS
+    w_relevance: float = defaults.WEIGHT_RELEVANCE
+    w_recency: float = defaults.WEIGHT_RECENCY
+    w_hotness: float = defaults.WEIGHT_HOTNESS
+    decay: float = defaults.RECENCY_DECAY
+
+
+def _weight(token: str) -> float:
+    # A single CJK character is weak evidence; a bigram or a word is strong.
+    return 0.3 if len(token) == 1 else 1.0
+
+
+def relevance(query_tokens: set[str], memory_tokens: set[str]) -> float:
+    """Weighted overlap of token sets, normalised to [0, 1] (a cosine on sets)."""
+    common = query_tokens & memory_tokens
+    if not common:
+        return 0.0
+    q = sum(_weight(t) for t in query_tokens)
+    m = sum(_weight(t) for t in memory_tokens)
+    return sum(_weight(t) for t in common) / math.sqrt(q * m)
+
+
+def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None = None,
+          config: RecallConfig = RecallConfig(), recall_all: bool = False) -> list[dict[str, Any]]:
+    """The memories to inject for ``query``, best first, each with its ``score``."""
+    now = time.time() if now is None else now
+    memories = list(memories)
+    if not memories:
+        return []
+    query_tokens = tokens(query)
+    max_hits = max(int(m.get("hits") or 0) for m in memories)
+    scored = []
+    for memory in memories:
+        rel = relevance(query_tokens, tokens(f"{memory['content']} {memory['key']}"))
+        last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
+        days = max(0.0, (now - float(last)) / 86400)
+        recency = math.exp(-config.decay * days)
+        hotness = math.log1p(int(memory.get("hits") or 0)) / math.log1p(max_hits) if max_hits else 0.0
+        total = config.w_relevance * rel + config.w_recency * recency + config.w_hotness * hotness
+        is_style = memory.get("type") == "style"
+        if rel > 0 or is_style or recall_all:
+            scored.append({**memory, "score": round(total, 6), "relevance": round(rel, 6), "_style": is_style})
+    # Style first (always in), then by score; ties go to the more recent statement.
+    scored.sort(key=lambda m: (m["_style"], m["score"], m.get("source_ts") or 0, m["id"]), reverse=True)
+    chosen, used = [], 0
+    for memory in scored:
+        if len(chosen) >= config.k:
+            break
+        cost = len(line(memory))
+        if used + cost > config.budget:
+            continue
+        used += cost
+        chosen.append(memory)
+    for memory in chosen:
+        del memory["_style"]
+    return chosen
+
+
+def _escape(text: str) -> str:
+    """Memory text is data: it cannot open, close or forge the block's markers."""
+    return " ".join(str(text).split()).replace("[", "(").replace("]", ")")
+
+
+def line(memory: dict[str, Any]) -> str:
+    day = time.strftime("%Y-%m-%d", time.gmtime(memory.get("source_ts") or memory.get("created_at") or 0))
+    return f"- {_escape(memory['content'])} ({memory['type']}, {day})"
+
+
+def format_block(memories: list[dict[str, Any]]) -> str:
+    """The block injected into the request, as in DESIGN::
+
+        [MEMORY_BEGIN]
+        - likes jazz (preference, 2024-04-01)
+        [SOURCE: s1 / 2024-04-01]
+        [MEMORY_END]
+    """
+    if not memories:
+        return ""
+    latest = max(memories, key=lambda m: m.get("source_ts") or 0)
+    day = time.strftime("%Y-%m-%d", time.gmtime(latest.get("source_ts") or 0))
+    lines = [BLOCK_BEGIN, *(line(m) for m in memories),
+             f"[SOURCE: {_escape(latest.get('source_session') or '-')} / {day}]", BLOCK_END]
+    return "\n".join(lines)

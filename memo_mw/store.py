@@ -1,0 +1,231 @@
+"""The SQLite store, through sqlite-utils: schema, writes with dedup and supersession, reads.
+
+The worker owns every write (``remember``, ``touch``, ``forget``); the web process only
+reads (recall). The database runs in WAL mode so readers never wait for the writer,
+with a busy timeout so two writers queue instead of failing.
+
+A memory is one row of ``memories``; its fields are listed in ``docs/design.md``.
+Times are integer epoch seconds. ``active`` is 1 only while ``status`` is ``active``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from . import defaults
+from .exceptions import StoreError
+from .text import normalize, tokens
+
+migrations = sqlite_utils.Migrations("memo_mw")
+
+
+@migrations()
+def m001_memories(db: sqlite_utils.Database) -> None:
+    db["memories"].create(
+        {
+            "id": int, "user_id": str, "type": str, "key": str, "polarity": int,
+            "content": str, "excerpt": str, "source_session": str, "source_ts": int,
+            "source_ids": str, "confidence": float, "status": str, "active": int,
+            "hits": int, "last_accessed": int, "created_at": int, "updated_at": int,
+            "expires_at": int, "rule_id": str, "topics": str, "superseded_by": int,
+            "language": str,
+        },
+        pk="id",
+        not_null={"user_id", "type", "key", "polarity", "content", "status", "active", "hits", "created_at"},
+        defaults={"hits": 0, "active": 1, "status": "active", "source_ids": "[]", "topics": "[]"},
+    )
+    db["memories"].create_index(["user_id", "active"])
+    db["memories"].create_index(["user_id", "key", "polarity"])
+    # Job keys already applied: a replayed job (RQ retry, a re-sent request) changes nothing.
+    db["processed_jobs"].create({"job_key": str, "processed_at": int}, pk="job_key")
+    # Deletions, without their content: who, how many, when, why.
+    db["audit"].create(
+        {"id": int, "user_id": str, "action": str, "count": int, "at": int, "reason": str}, pk="id"
+    )
+
+
+MEMORY_COLUMNS = (
+    "id", "user_id", "type", "key", "polarity", "content", "excerpt", "active", "status",
+    "source_session", "source_ts", "source_ids", "confidence", "hits", "last_accessed",
+    "created_at", "updated_at", "expires_at", "rule_id", "topics", "superseded_by", "language",
+)
+
+
+def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Database:
+    """Open the database file with the pragmas memo-mw relies on; apply migrations unless read-only."""
+    path = str(path)
+    try:
+        if path != ":memory:" and not readonly:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: no implicit transactions; every write is in an explicit
+        # db.atomic() block or is a single statement.
+        conn = sqlite3.connect(path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
+                               check_same_thread=False, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {int(defaults.SQLITE_BUSY_TIMEOUT_MS)}")
+        db = sqlite_utils.Database(conn)
+        if not readonly:
+            if db.journal_mode != "wal" and path != ":memory:":
+                db.enable_wal()
+            # Safe with WAL: a power cut may lose the last commits, never corrupt the file.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            # Deleted content is overwritten, not left in free pages: forgetting is physical.
+            conn.execute("PRAGMA secure_delete = ON")
+            migrations.apply(db)
+        else:
+            conn.execute("PRAGMA query_only = ON")
+        return db
+    except (sqlite3.DatabaseError, OSError) as exc:
+        raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
+
+
+def row_to_memory(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the public memory dict: JSON columns decoded, ``active`` a bool."""
+    memory = {name: row.get(name) for name in MEMORY_COLUMNS}
+    memory["active"] = bool(memory["active"])
+    memory["polarity"] = int(memory["polarity"])
+    for name in ("source_ids", "topics"):
+        memory[name] = json.loads(memory[name] or "[]")
+    return memory
+
+
+class Store:
+    """Reads and writes memories in one SQLite file. One instance per thread."""
+
+    def __init__(self, path: str | Path, *, readonly: bool = False):
+        self.path = str(path)
+        self.db = connect(path, readonly=readonly)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- reads -----------------------------------------------------------------------
+
+    def memories(self, user_id: str | None = None, *, include_inactive: bool = False) -> list[dict[str, Any]]:
+        """Memories of one user (or every user), oldest first; active ones only unless asked."""
+        where, args = [], []
+        if user_id is not None:
+            where.append("user_id = ?")
+            args.append(user_id)
+        if not include_inactive:
+            where.append("active = 1")
+        rows = self.db["memories"].rows_where(" and ".join(where) or None, args, order_by="id")
+        return [row_to_memory(r) for r in rows]
+
+    def get(self, memory_id: int) -> dict[str, Any] | None:
+        rows = list(self.db["memories"].rows_where("id = ?", [memory_id]))
+        return row_to_memory(rows[0]) if rows else None
+
+    def users(self) -> list[str]:
+        return [r["user_id"] for r in self.db.query("select distinct user_id from memories order by user_id")]
+
+    # -- writes (the worker's) -------------------------------------------------------
+
+    def remember(self, payload: dict[str, Any]) -> list[str]:
+        """Apply one captured message: each candidate is stored, merged or supersedes an older memory.
+
+        Returns one outcome per candidate (``stored``, ``merged``, ``superseded``), or
+        ``["duplicate_job"]`` when this job key was applied before.
+        """
+        job_key = payload.get("job_key")
+        with self.db.atomic():
+            if job_key and self.db.execute(
+                "select 1 from processed_jobs where job_key = ?", [job_key]
+            ).fetchone():
+                return ["duplicate_job"]
+            outcomes = [self._remember_one(payload, c) for c in payload.get("candidates", [])]
+            if job_key:
+                self.db["processed_jobs"].insert({"job_key": job_key, "processed_at": int(payload["ts"])})
+        return outcomes
+
+    def _remember_one(self, payload: dict[str, Any], candidate: dict[str, Any]) -> str:
+        user_id, ts = payload["user_id"], int(payload["ts"])
+        table = self.db["memories"]
+        message_ids = [str(payload["message_id"])] if payload.get("message_id") is not None else []
+        same_slot = list(table.rows_where(
+            "user_id = ? and key = ? and active = 1", [user_id, candidate["key"]], order_by="id"))
+        for row in same_slot:
+            if row["polarity"] == candidate["polarity"] and normalize(row["content"]) == normalize(candidate["content"]):
+                ids = json.loads(row["source_ids"] or "[]")
+                ids.extend(i for i in message_ids if i not in ids)
+                table.update(row["id"], {
+                    "hits": row["hits"] + 1,
+                    "confidence": min(1.0, max(row["confidence"], candidate["confidence"]) + defaults.CONFIDENCE_STEP),
+                    "excerpt": candidate["excerpt"], "source_session": payload.get("session_id"),
+                    "source_ts": ts, "source_ids": json.dumps(ids), "updated_at": ts,
+                    "expires_at": _expiry(candidate, ts) or row["expires_at"],
+                })
+                return "merged"
+        new_id = table.insert({
+            "user_id": user_id, "type": candidate["type"], "key": candidate["key"],
+            "polarity": candidate["polarity"], "content": candidate["content"],
+            "excerpt": candidate["excerpt"], "source_session": payload.get("session_id"),
+            "source_ts": ts, "source_ids": json.dumps(message_ids),
+            "confidence": candidate["confidence"], "status": "active", "active": 1, "hits": 0,
+            "last_accessed": None, "created_at": ts, "updated_at": ts,
+            "expires_at": _expiry(candidate, ts), "rule_id": candidate.get("rule_id"),
+            "topics": json.dumps(candidate.get("topics", [])), "superseded_by": None,
+            "language": candidate.get("language"),
+        }).last_pk
+        # A newer statement on the same slot wins: the opposite polarity ("不喜欢" after
+        # "喜欢") or a new value for the slot ("lives in Paris" after "lives in Berlin").
+        for row in same_slot:
+            table.update(row["id"], {"status": "superseded", "active": 0, "superseded_by": new_id, "updated_at": ts})
+        return "superseded" if same_slot else "stored"
+
+    def touch(self, user_id: str, ids: Iterable[int], ts: int) -> int:
+        """Count a recall of these memories (hotness) and refresh ``last_accessed`` (recency)."""
+        ids = [int(i) for i in ids]
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        with self.db.atomic():
+            cursor = self.db.execute(
+                f"update memories set hits = hits + 1, last_accessed = ? where user_id = ? and id in ({marks})",
+                [int(ts), user_id, *ids],
+            )
+        return cursor.rowcount
+
+    def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str) -> int:
+        """Physically delete the user's memories (all, or those matching ``match``); audit the count."""
+        rows = self.memories(user_id, include_inactive=True)
+        if match is not None:
+            rows = [r for r in rows if matches(r, match)]
+        ids = [r["id"] for r in rows]
+        with self.db.atomic():
+            if ids:
+                marks = ",".join("?" * len(ids))
+                self.db.execute(f"delete from memories where user_id = ? and id in ({marks})", [user_id, *ids])
+            self.db["audit"].insert({
+                "user_id": user_id, "action": "forget_all" if match is None else "forget_match",
+                "count": len(ids), "at": int(ts), "reason": reason,
+            })
+        if ids and not self.db.conn.in_transaction:
+            # Deleted pages leave the WAL too, so the text is gone from every file.
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return len(ids)
+
+
+def matches(memory: dict[str, Any], phrase: str) -> bool:
+    """Whether a targeted forget phrase ("我喜欢看恐怖片", "I play tennis") names this memory."""
+    wanted = tokens(phrase)
+    if not wanted:
+        return False
+    have = tokens(" ".join(str(memory.get(f) or "") for f in ("content", "key", "excerpt")))
+    return len(wanted & have) / len(wanted) >= 0.6
+
+
+def _expiry(candidate: dict[str, Any], ts: int) -> int | None:
+    ttl = candidate.get("ttl_days")
+    return int(ts + float(ttl) * 86400) if ttl else None

@@ -1,0 +1,78 @@
+"""Text normalisation and tokens, shared by the funnel, the store and recall.
+
+Chinese has no spaces, so tokens are words for Latin script (case-folded, light
+stemming) and overlapping character bigrams (plus single characters) for CJK text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+
+import regex
+
+_PUNCT = regex.compile(r"[\p{P}\p{S}\s]+")
+_LATIN_WORD = regex.compile(r"[\p{Latin}\p{N}][\p{Latin}\p{N}'’]*")
+_HAN_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+")
+_LEADING_DETERMINERS = regex.compile(r"^(?:(?:a|an|the|some|my)\s+)+", regex.IGNORECASE)
+
+# Words too common to count as evidence that a memory is relevant to a query.
+STOPWORDS = frozenset(
+    """a an the and or but if of to in on at for with about from by as is are was were be been am
+    i me my mine you your it its this that these those what which who how do does did doing have has
+    had can could would should will shall may might must not no so very really just also too please
+    some any there here when where why than then them they their we our us he she his her him
+    s t don doesn didn isn aren wasn won can't i'm i've i'd i'll let let's get got""".split()
+)
+HAN_STOP = frozenset("我你他她它的了是在和也都就很吗呢吧啊呀么这那个有")
+
+
+def nfkc(text: str) -> str:
+    """Unicode NFKC: full-width letters, digits and punctuation become their ASCII forms."""
+    return unicodedata.normalize("NFKC", text)
+
+
+def normalize(text: str) -> str:
+    """NFKC, case-folded, punctuation removed, whitespace collapsed: the form compared for equality."""
+    return " ".join(_PUNCT.sub(" ", nfkc(text).casefold()).split())
+
+
+def memory_key(text: str) -> str:
+    """The slot a memory fills: normalised, without leading determiners ("the", "my", ...)."""
+    return _LEADING_DETERMINERS.sub("", normalize(text)).strip()
+
+
+def stem(word: str) -> str:
+    """A deliberately light English stemmer: plural and verb endings only."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 5 and word.endswith("ing"):
+        return word[:-3]
+    if len(word) > 4 and word.endswith(("ches", "shes", "sses", "xes")):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    if len(word) > 4 and word.endswith("ed"):
+        return word[:-2]
+    return word
+
+
+def tokens(text: str) -> set[str]:
+    """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams."""
+    text = nfkc(text).casefold()
+    out: set[str] = set()
+    for word in _LATIN_WORD.findall(text):
+        word = word.replace("’", "'")
+        if word not in STOPWORDS and len(word) > 1:
+            out.add(stem(word))
+    for run in _HAN_RUN.findall(text):
+        chars = [c for c in run]
+        out.update(c for c in chars if c not in HAN_STOP)
+        out.update(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def stable_id(*parts: object) -> str:
+    """A short stable hash of the parts: the same inputs always give the same id."""
+    digest = hashlib.sha1("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()
+    return digest[:24]
