@@ -22,9 +22,14 @@ STOPWORDS = frozenset(
     i me my mine you your it its this that these those what which who how do does did doing have has
     had can could would should will shall may might must not no so very really just also too please
     some any there here when where why than then them they their we our us he she his her him
-    s t don doesn didn isn aren wasn won can't i'm i've i'd i'll let let's get got""".split()
+    s t don doesn didn isn aren wasn won can't i'm i've i'd i'll let let's get got
+    like love enjoy prefer dislike hate want need usually always often""".split()
 )
-HAN_STOP = frozenset("我你他她它的了是在和也都就很吗呢吧啊呀么这那个有")
+# Single characters and bigrams that say nothing about the topic ("喜欢" is in every preference).
+HAN_STOP = frozenset("我你他她它的了是在和也都就很吗呢吧啊呀么这那个有喜欢")
+HAN_STOP_BIGRAMS = frozenset(
+    "喜欢 不喜 讨厌 一下 什么 怎么 可以 一个 没有 不是 就是 还是 觉得 知道 我们 你们 他们 这个 那个 一些".split()
+)
 
 
 def nfkc(text: str) -> str:
@@ -63,12 +68,12 @@ def tokens(text: str) -> set[str]:
     out: set[str] = set()
     for word in _LATIN_WORD.findall(text):
         word = word.replace("’", "'")
-        if word not in STOPWORDS and len(word) > 1:
-            out.add(stem(word))
+        stemmed = stem(word)
+        if len(word) > 1 and word not in STOPWORDS and stemmed not in STOPWORDS:
+            out.add(stemmed)
     for run in _HAN_RUN.findall(text):
-        chars = [c for c in run]
-        out.update(c for c in chars if c not in HAN_STOP)
-        out.update(run[i : i + 2] for i in range(len(run) - 1))
+        out.update(c for c in run if c not in HAN_STOP)
+        out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
     return out
 
 

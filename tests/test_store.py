@@ -1,0 +1,113 @@
+"""The SQLite store: schema, pragmas, dedup, supersession, touch, forget, idempotent jobs."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from memo_mw import jobs
+from memo_mw.exceptions import StoreError
+from memo_mw.store import Store, migrations
+
+
+def payload(content, key, *, polarity=1, user="u1", ts=1_700_000_000, job_key=None, message_id=None,
+            type_="preference", ttl_days=None):
+    return {
+        "job_key": job_key, "user_id": user, "session_id": "s1", "ts": ts, "message_id": message_id,
+        "candidates": [{"type": type_, "key": key, "polarity": polarity, "content": content,
+                        "excerpt": f"original: {content}", "rule_id": "t.rule", "confidence": 0.7,
+                        "ttl_days": ttl_days, "language": "en"}],
+    }
+
+
+def test_schema_pragmas_and_migrations(db):
+    Store(db).close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
+    assert {"id", "user_id", "type", "key", "polarity", "content", "excerpt", "source_session", "source_ts",
+            "confidence", "status", "active", "hits", "last_accessed", "expires_at", "rule_id",
+            "topics", "superseded_by", "created_at"} <= columns
+    applied = [r[0] for r in conn.execute("select name from _sqlite_migrations where migration_set = 'memo_mw'")]
+    assert applied == [m.name for m in migrations._migrations]
+    Store(db).close()  # opening again applies nothing twice
+    assert conn.execute("select count(*) from _sqlite_migrations").fetchone()[0] == len(applied)
+
+
+def test_same_statement_again_merges(db):
+    with Store(db) as store:
+        assert store.remember(payload("likes jazz", "jazz", message_id="a")) == ["stored"]
+        assert store.remember(payload("Likes  jazz!", "jazz", ts=1_700_000_100, message_id="b")) == ["merged"]
+        (memory,) = store.memories("u1", include_inactive=True)
+    assert memory["hits"] == 1 and memory["confidence"] == pytest.approx(0.8)
+    assert memory["source_ts"] == 1_700_000_100 and memory["source_ids"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("first, second", [
+    pytest.param(("喜欢喝咖啡", 1), ("不喜欢喝咖啡", -1), id="zh-opposite"),
+    pytest.param(("likes running", 1), ("dislikes running", -1), id="en-opposite"),
+    pytest.param(("lives in Berlin", 1), ("lives in Paris", 1), id="en-new-value"),
+])
+def test_newer_statement_supersedes(db, first, second):
+    with Store(db) as store:
+        store.remember(payload(first[0], "slot", polarity=first[1]))
+        assert store.remember(payload(second[0], "slot", polarity=second[1], ts=1_700_000_500)) == ["superseded"]
+        active = store.memories("u1")
+        everything = store.memories("u1", include_inactive=True)
+    assert [m["content"] for m in active] == [second[0]]
+    old = next(m for m in everything if m["content"] == first[0])
+    assert old["status"] == "superseded" and old["active"] is False and old["superseded_by"] == active[0]["id"]
+
+
+def test_job_key_makes_remember_idempotent(db):
+    jobs.remember(db, payload("likes tea", "tea", job_key="k1"))
+    assert jobs.remember(db, payload("likes tea", "tea", job_key="k1")) == ["duplicate_job"]
+    (memory,) = Store(db).memories("u1")
+    assert memory["hits"] == 0
+
+
+def test_task_expiry_from_ttl(db):
+    jobs.remember(db, payload("next time: book review", "book review", type_="task", ttl_days=30))
+    (memory,) = Store(db).memories("u1")
+    assert memory["expires_at"] == 1_700_000_000 + 30 * 86400
+
+
+def test_touch_counts_only_the_users_own_memories(db):
+    jobs.remember(db, payload("likes tea", "tea", user="u1"))
+    jobs.remember(db, payload("likes tea", "tea", user="u2"))
+    (mine,), (theirs,) = Store(db).memories("u1"), Store(db).memories("u2")
+    assert jobs.touch(db, "u1", [mine["id"], theirs["id"]], 1_700_000_900) == 1
+    assert Store(db).get(mine["id"])["hits"] == 1 and Store(db).get(mine["id"])["last_accessed"] == 1_700_000_900
+    assert Store(db).get(theirs["id"])["hits"] == 0
+
+
+def test_forget_is_physical_and_audited(db, tmp_path):
+    jobs.remember(db, payload("plays tennis every sunday", "tennis"))
+    jobs.remember(db, payload("likes zanzibarian oolong", "oolong"))
+    jobs.remember(db, payload("likes zanzibarian oolong", "oolong", user="u2"))
+    assert jobs.forget(db, "u1", "I play tennis", 1_700_000_999) == 1
+    assert [m["content"] for m in Store(db).memories("u1")] == ["likes zanzibarian oolong"]
+    assert jobs.forget(db, "u1", None, 1_700_001_000) == 1
+    assert Store(db).memories("u1") == []
+    assert [m["user_id"] for m in Store(db).memories()] == ["u2"]  # never another user's
+    conn = sqlite3.connect(db)
+    audit = conn.execute("select user_id, action, count, reason from audit order by id").fetchall()
+    assert audit == [("u1", "forget_match", 1, "user request"), ("u1", "forget_all", 1, "user request")]
+    jobs.forget(db, "u2", None, 1_700_001_001)
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("memo.db"))
+    assert b"tennis" not in raw and b"zanzibarian" not in raw
+
+
+@pytest.mark.parametrize("make_path", [
+    pytest.param(lambda tmp: tmp / "not-a-db.db", id="not-a-database"),
+    pytest.param(lambda tmp: tmp / "dir.db", id="a-directory"),
+])
+def test_unusable_database_is_a_clear_error(tmp_path, make_path):
+    path = make_path(tmp_path)
+    if path.name == "dir.db":
+        path.mkdir()
+    else:
+        path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot use .* as the memory database"):
+        Store(path)
