@@ -36,6 +36,29 @@ _SPLIT = regex.compile(
 )
 _EDGE_PUNCT = regex.compile(r"^[\s\p{P}]+|[\s\p{P}]+$")
 _SPACES = regex.compile(r"\s+")
+_HAN = regex.compile(r"\p{Han}")
+_LATIN = regex.compile(r"\p{Latin}")
+# Rule files of these languages are skipped for sentences without their script.
+_SCRIPT_OF = {"zh": "han", "en": "latin"}
+
+
+def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
+    """One pattern matching wherever any of ``patterns`` matches; None if they cannot be joined."""
+    if not patterns:
+        return None
+    try:
+        return regex.compile("|".join(f"(?:{p.pattern})" for p in patterns), regex.V0 | regex.IGNORECASE)
+    except regex.error:
+        return None
+
+
+def _scripts(sentence: str) -> set[str]:
+    found = set()
+    if _HAN.search(sentence):
+        found.add("han")
+    if _LATIN.search(sentence):
+        found.add("latin")
+    return found
 
 
 @dataclass
@@ -85,7 +108,11 @@ class Funnel:
     def __init__(self, rules: RuleSet, *, timeout: float = defaults.REGEX_TIMEOUT):
         self.rules = rules
         self.timeout = timeout
-        self._fillers = [p for f in rules.files for p in f.fillers]
+        # One pass per file instead of one per pattern: fillers joined into one
+        # alternation, and the file's triggers joined into a prefilter that rules out
+        # most sentences (which trigger nothing) in a single search.
+        self._fillers = [(_SCRIPT_OF.get(f.language), _union(f.fillers)) for f in rules.files if f.fillers]
+        self._prefilters = {id(f): _union([t.pattern for t in f.triggers]) for f in rules.files}
 
     # -- matching with a timeout -------------------------------------------------------
 
@@ -108,7 +135,10 @@ class Funnel:
     def clean(self, text: str) -> str:
         """NFKC, fillers removed, whitespace collapsed."""
         text = nfkc(text)
-        for filler in self._fillers:
+        scripts = _scripts(text)
+        for needed, filler in self._fillers:
+            if filler is None or (needed is not None and needed not in scripts):
+                continue
             try:
                 text = filler.sub("", text, timeout=self.timeout)
             except TimeoutError:
@@ -196,7 +226,14 @@ class Funnel:
     def _triggers(self, text: str) -> list[_Hit]:
         hits = []
         for sentence in self.sentences(text):
+            scripts = _scripts(sentence)
             for rule_file in self.rules.files:
+                needed = _SCRIPT_OF.get(rule_file.language)
+                if needed is not None and needed not in scripts:
+                    continue  # a Chinese rule cannot match a sentence without Chinese characters
+                prefilter = self._prefilters[id(rule_file)]
+                if prefilter is not None and self._search(prefilter, sentence, rule_file.path) is None:
+                    continue
                 hit = next((_Hit(sentence, t, m, rule_file) for t in rule_file.triggers
                             if (m := self._search(t.pattern, sentence, t.id)) is not None), None)
                 if hit is not None:
