@@ -61,9 +61,11 @@ def read_turn(body: Any) -> Turn | None:
         if message is None:
             return None
         metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        # A field of the wrong type counts as absent, so the fallback still applies.
         return Turn("openai", message, clean_id(body.get("user")),
-                    clean_id(metadata.get("session_id") or body.get("session_id")),
-                    clean_id(users[-1].get("id") or metadata.get("message_id")), _ts(body.get("ts")))
+                    clean_id(metadata.get("session_id")) or clean_id(body.get("session_id")),
+                    clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")),
+                    _ts(body.get("ts")))
     if isinstance(body.get("message"), str):
         return Turn("plain", body["message"], clean_id(body.get("user_id")), clean_id(body.get("session_id")),
                     clean_id(body.get("message_id")), _ts(body.get("ts")))
@@ -73,8 +75,9 @@ def read_turn(body: Any) -> Turn | None:
 def inject(body: dict[str, Any], turn: Turn, block: str, *, field: str | None = None) -> dict[str, Any]:
     """A copy of ``body`` with the memory block in place.
 
-    OpenAI bodies get a system message after any leading system messages; plain
-    bodies get the block prepended to ``message``, or put in ``field`` when one is set.
+    OpenAI bodies get a system message after any leading system messages (``field`` does
+    not apply to them); plain bodies get the block prepended to ``message``, or put in
+    ``field`` when one is set (``field="message"`` prepends too: the message is never lost).
     """
     body = dict(body)
     if turn.shape == "openai":
@@ -84,7 +87,7 @@ def inject(body: dict[str, Any], turn: Turn, block: str, *, field: str | None = 
             at += 1
         messages.insert(at, {"role": "system", "content": block})
         body["messages"] = messages
-    elif field:
+    elif field and field != "message":
         body[field] = block
     else:
         body["message"] = f"{block}\n\n{body['message']}"

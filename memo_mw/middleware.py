@@ -5,19 +5,28 @@ Install it around the app's WSGI callable::
     from memo_mw import MemoryMiddleware
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db="memo.db", redis_url="redis://localhost:6379/0")
 
-On each ``POST`` to a chat path with a JSON body it
+On each ``POST`` to a chat path with a JSON body (UTF-8, with a ``Content-Length``
+no larger than ``max_body``) it
 
-1. reads the user id (``X-User-Id`` header, a ``get_user`` callable, or the body),
-   the session and the last user message;
+1. reads the user id (the ``X-User-Id`` header, else the body's ``user_id``/``user``;
+   or only a ``get_user`` callable, when one is given), the session and the last user
+   message;
 2. recalls the most relevant memories and injects them as a ``[MEMORY_BEGIN] ...
-   [MEMORY_END]`` block (a system message for OpenAI bodies; prepended to ``message``
-   for plain bodies), and always puts them in ``environ["memo.memories"]``;
+   [MEMORY_END]`` block (a system message for OpenAI bodies; prepended to ``message``,
+   or put in ``inject_field``, for plain bodies), rewriting ``wsgi.input`` and
+   ``CONTENT_LENGTH`` to match the new body;
 3. runs the message through the capture funnel and enqueues one job for what it
    captured (or for a forget request).
 
+``environ["memo.memories"]`` is a list of memory dicts on every ``POST`` to a chat path:
+empty when nothing is recalled or the request is not one the middleware reads.
+
 The request path reads SQLite but never writes it, and does no network I/O but the
-enqueue. Every other request, and any request on which something goes wrong, reaches
-the app exactly as it came: the middleware never turns a working request into a failing one.
+enqueue. Every other request, and any request on which something goes wrong (a failing
+``get_user``, an unreadable database, a broken queue), reaches the app exactly as it
+came: the same body bytes and the same ``CONTENT_LENGTH``. No exception of the
+middleware's own reaches the server, and the app's response iterable is returned as is:
+the middleware never turns a working request into a failing one.
 """
 
 from __future__ import annotations
@@ -40,7 +49,8 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
-#: environ keys the middleware sets on intercepted requests.
+#: environ keys the middleware sets on ``POST`` requests to its paths (block and capture
+#: only when there is one).
 ENVIRON_MEMORIES = "memo.memories"
 ENVIRON_BLOCK = "memo.block"
 ENVIRON_CAPTURE = "memo.capture"
@@ -57,14 +67,16 @@ class MemoryMiddleware:
     :param db: path of the SQLite file (created, with its folder, when missing).
     :param redis_url: Redis for the job queue; ``None`` runs jobs on an in-process
         thread (the embedded default, for demos and single-process apps).
-    :param paths: request paths read on ``POST``; everything else passes through.
+    :param paths: request paths read on ``POST`` (one path may be given as a string);
+        everything else passes through.
     :param user_header: header holding the user id.
     :param get_user: ``get_user(environ, body) -> user id or None``, for apps whose
         identity lives elsewhere (session cookie, auth proxy). When given, it is the only
-        identity source: the body's user field is never trusted.
+        identity source: neither the header nor the body's user field is used. If it
+        returns None (or raises), the request passes through.
     :param max_body: bodies larger than this many bytes pass through unread.
     :param inject_field: for plain bodies, put the block in this field instead of
-        prepending it to ``message``.
+        prepending it to ``message`` (OpenAI bodies always get a system message).
     :param recall_k: at most this many memories per request.
     :param recall_budget: character budget of the injected memory lines.
     :param queue_name: the RQ queue jobs go to.
@@ -96,7 +108,7 @@ class MemoryMiddleware:
         self.db = str(db)
         # Create the file and schema now, at start-up: the request path only reads.
         Store(self.db).close()
-        self.paths = frozenset(paths)
+        self.paths = frozenset([paths] if isinstance(paths, str) else paths)
         self.user_header_key = "HTTP_" + user_header.upper().replace("-", "_")
         self.get_user = get_user
         self.max_body = max_body
@@ -107,66 +119,122 @@ class MemoryMiddleware:
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
         if environ.get("REQUEST_METHOD") == "POST" and environ.get("PATH_INFO") in self.paths:
+            environ[ENVIRON_MEMORIES] = []
             try:
-                self._handle(environ)
-            except Exception:  # never break the chat: log and let the request through as it is
-                log.exception("memo-mw: memory step failed; request passed through unchanged")
+                self._intercept(environ)
+            except Exception:  # _intercept handles its own failures; this is the last net
+                log.exception("memo-mw: memory step failed; request passed through")
+        # The app's own response iterable, as is: the server calls its close().
         return self.app(environ, start_response)
 
     # -- the request path ------------------------------------------------------------
 
-    def _read_body(self, environ: dict) -> bytes | None:
-        """The body, when it is JSON of a known length under the cap; it is put back for the app."""
-        content_type = environ.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
-        if content_type != "application/json" and not content_type.endswith("+json"):
+    def _body_length(self, environ: dict) -> int | None:
+        """The body's length when the body is ours to read (JSON, a plain known length, under the cap)."""
+        media_type, _, params = environ.get("CONTENT_TYPE", "").partition(";")
+        media_type = media_type.strip().lower()
+        if media_type != "application/json" and not media_type.endswith("+json"):
             return None
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+                return None  # JSON is UTF-8; a body declared otherwise is not ours to rewrite
+        if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            return None  # the length, if any, is not the body's
+        if environ.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() not in ("", "identity"):
+            return None  # compressed: not readable as JSON here
         try:
             length = int(environ.get("CONTENT_LENGTH") or "")
         except ValueError:
-            return None  # no length (chunked) or a bad one: not ours to read
+            return None  # no length (chunked) or a bad one
         if length <= 0 or length > self.max_body:
             return None
-        raw = environ["wsgi.input"].read(length)
-        # From here on the app must find the body where it expects it, whatever happens next.
-        environ["wsgi.input"] = io.BytesIO(raw)
-        environ["CONTENT_LENGTH"] = str(len(raw))
-        return raw
+        return length
+
+    def _intercept(self, environ: dict) -> None:
+        """Read the body, handle the turn, and leave a body the app can read, whatever happens."""
+        try:
+            length = self._body_length(environ)
+            if length is None:
+                return
+            raw = bytes(environ["wsgi.input"].read(length))
+        except Exception:  # nothing was read (or nothing can be put back): leave the request alone
+            log.exception("memo-mw: could not read the request body; request passed through")
+            return
+        content_length = environ.get("CONTENT_LENGTH")
+        environ["wsgi.input"] = io.BytesIO(raw)  # readable again, e.g. by get_user
+        new_raw = None
+        try:
+            if len(raw) == length:  # a short body is a broken request: the app should see it as it is
+                new_raw = self._handle(environ, raw)
+        except Exception:  # never break the chat: log and let the request through as it is
+            log.exception("memo-mw: memory step failed; request passed through unchanged")
+            environ[ENVIRON_MEMORIES] = []
+            environ.pop(ENVIRON_BLOCK, None)
+        finally:
+            # Also undoes a get_user that read or replaced the body.
+            if new_raw is None:
+                environ["wsgi.input"] = io.BytesIO(raw)
+                environ["CONTENT_LENGTH"] = content_length
+            else:
+                environ["wsgi.input"] = io.BytesIO(new_raw)
+                environ["CONTENT_LENGTH"] = str(len(new_raw))
 
     def _user(self, environ: dict, body: Any, turn: Turn) -> str | None:
         if self.get_user is not None:
             return clean_id(self.get_user(environ, body))
-        return clean_id(environ.get(self.user_header_key)) or turn.body_user
+        header = environ.get(self.user_header_key)
+        if isinstance(header, str):
+            try:  # WSGI hands headers over as latin-1; a UTF-8 id should match the same id in a body
+                header = header.encode("latin-1").decode("utf-8")
+            except UnicodeError:
+                pass
+        return clean_id(header) or turn.body_user
 
-    def _handle(self, environ: dict) -> None:
-        raw = self._read_body(environ)
-        if raw is None:
-            return
+    def _handle(self, environ: dict, raw: bytes) -> bytes | None:
+        """Recall, inject and enqueue for one request; the new body, or None to leave it as it came."""
         try:
-            body = json.loads(raw)
+            # Strict UTF-8 (json.loads would also take UTF-16/32, a BOM and encoded surrogates)
+            # and strict JSON (no NaN or Infinity, which could not be re-encoded as valid JSON).
+            body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         except ValueError:
-            return
+            return None
         turn = read_turn(body)
         if turn is None:
-            return
+            return None
         user_id = self._user(environ, body, turn)
         if user_id is None:
-            return
+            return None
         now = self.clock()
-        environ[ENVIRON_MEMORIES] = []
-        result = self.funnel.process(turn.message)
-        environ[ENVIRON_CAPTURE] = result.stage
+        try:
+            result = self.funnel.process(turn.message)
+        except Exception:
+            log.exception("memo-mw: capture funnel failed; recalling without capture")
+            result = None
+        else:
+            environ[ENVIRON_CAPTURE] = result.stage
+        forgetting = result if result is not None and result.stage == "forget" else None
+        try:
+            memories = self.recaller.recall(user_id, turn.message, now=now, forgetting=forgetting)
+        except Exception:  # e.g. the database became unreadable: no memories, capture still queued
+            log.exception("memo-mw: recall failed; request passed through without memories")
+            memories = []
 
-        memories = self.recaller.recall(user_id, turn.message, now=now,
-                                        forgetting=result if result.stage == "forget" else None)
+        new_raw = None
         if memories:
-            environ[ENVIRON_MEMORIES] = memories
             block = format_block(memories)
+            new_body = inject(body, turn, block, field=self.inject_field)
+            try:
+                text = json.dumps(new_body, ensure_ascii=False)
+                new_raw = text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate (a \ud800 escape in the JSON) has no UTF-8 form
+                new_raw = json.dumps(new_body).encode("ascii")
+            environ[ENVIRON_MEMORIES] = memories
             environ[ENVIRON_BLOCK] = block
-            new_raw = json.dumps(inject(body, turn, block, field=self.inject_field), ensure_ascii=False).encode()
-            environ["wsgi.input"] = io.BytesIO(new_raw)
-            environ["CONTENT_LENGTH"] = str(len(new_raw))
             self._enqueue(TOUCH, [self.db, user_id, [m["id"] for m in memories], int(now)])
 
+        if result is None:
+            return new_raw
         ts = turn.ts if turn.ts is not None else now
         if result.captured:
             # Without a message id or time from the client, a retry within the same minute
@@ -177,9 +245,14 @@ class MemoryMiddleware:
             self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"])
         elif result.stage == "forget":
             self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request"])
+        return new_raw
 
     def _enqueue(self, func: str, args: list, *, job_id: str | None = None) -> None:
         try:
             self.queue.enqueue(func, args, job_id=job_id)
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"non-standard JSON constant {name}")

@@ -90,7 +90,7 @@ def _escape(text: str) -> str:
 
 def line(memory: dict[str, Any]) -> str:
     day = time.strftime("%Y-%m-%d", time.gmtime(memory.get("source_ts") or memory.get("created_at") or 0))
-    return f"- {_escape(memory['content'])} ({memory['type']}, {day})"
+    return f"- {_escape(memory['content'])} ({_escape(memory['type'])}, {day})"
 
 
 def format_block(memories: list[dict[str, Any]]) -> str:

@@ -65,8 +65,10 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Databas
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; every write is in an explicit
         # db.atomic() block or is a single statement.
-        conn = sqlite3.connect(path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
-                               check_same_thread=False, isolation_level=None)
+        # Read-only opens never create the file: the web process must not write, not even that.
+        target = f"{Path(path).resolve().as_uri()}?mode=ro" if readonly and path != ":memory:" else path
+        conn = sqlite3.connect(target, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
+                               check_same_thread=False, isolation_level=None, uri=readonly)
         conn.execute(f"PRAGMA busy_timeout = {int(defaults.SQLITE_BUSY_TIMEOUT_MS)}")
         db = sqlite_utils.Database(conn)
         if not readonly:
