@@ -154,36 +154,52 @@ class Funnel:
         trace: list[tuple[str, str]] = []
         if not text:
             return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
+        sentences = self.sentences(text)
 
         forget = self._forget(text)
         if forget is not None:
             gate, what = forget
             trace.append(("forget", f"{gate.id} ({gate.scope})"))
-            return FunnelResult("forget", forget_scope=gate.scope, forget_match=what, trace=trace)
+            candidates: list[Candidate] = []
+            if gate.scope == "match":
+                # "Forget that I play tennis. I like golf now.": the other sentences still count.
+                rest = [s for s in sentences if self._search(gate.pattern, s, gate.id) is None]
+                if rest:
+                    candidates = self._capture(text, rest, trace)[1]
+            return FunnelResult("forget", candidates=candidates, forget_scope=gate.scope, forget_match=what,
+                                trace=trace)
+        stage, candidates = self._capture(text, sentences, trace)
+        return FunnelResult(stage, candidates=candidates, trace=trace)
 
-        hits = self._triggers(text)
+    def _capture(self, text: str, sentences: list[str], trace: list[tuple[str, str]]
+                 ) -> tuple[str, list[Candidate]]:
+        """Trigger, length, negative, sensitive and compression stages over the given sentences."""
+        hits = self._triggers(sentences)
         if not hits:
             trace.append(("trigger", "no trigger matched"))
-            return FunnelResult("no_trigger", trace=trace)
+            return "no_trigger", []
         trace.append(("trigger", ", ".join(h.trigger.id for h in hits)))
 
         limit = max(h.rule_file.max_length for h in hits)
         if len(text) > limit:
             trace.append(("length", f"{len(text)} > {limit} characters"))
-            return FunnelResult("too_long", trace=trace)
+            return "too_long", []
         trace.append(("length", f"{len(text)} <= {limit}"))
 
+        # Message-wide negatives (a translation request) and sensitive gates apply whatever
+        # the language; a sentence's own negatives come from the file of the rule that matched,
+        # so a Chinese question gate does not stop an English sentence.
         whole = self._gate_hit([g for g in self.rules.gates("negative") if g.scope == "message"], text)
         kept = []
         for hit in hits:
-            gate = whole or self._gate_hit(
-                [g for g in self.rules.gates("negative") if g.scope == "sentence"], hit.sentence)
+            gate = whole or self._gate_hit([g for g in hit.rule_file.negative if g.scope == "sentence"],
+                                           hit.sentence)
             if gate is None:
                 kept.append(hit)
             else:
                 trace.append(("negative", f"{gate.id}: {gate.reason}"))
         if not kept:
-            return FunnelResult("negative", trace=trace)
+            return "negative", []
 
         private = []
         for hit in kept:
@@ -193,7 +209,7 @@ class Funnel:
             else:
                 trace.append(("sensitive", f"{gate.id}: {gate.reason}"))
         if not private:
-            return FunnelResult("sensitive", trace=trace)
+            return "sensitive", []
 
         candidates: dict[tuple[str, int], Candidate] = {}
         for hit in private:
@@ -204,8 +220,8 @@ class Funnel:
                 candidates[(candidate.key, candidate.polarity)] = candidate
                 trace.append(("compress", f"{hit.trigger.id} -> {candidate.content}"))
         if not candidates:
-            return FunnelResult("unusable", trace=trace)
-        return FunnelResult("captured", candidates=list(candidates.values()), trace=trace)
+            return "unusable", []
+        return "captured", list(candidates.values())
 
     def _forget(self, text: str) -> tuple[Gate, str | None] | None:
         for gate in self.rules.gates("forget"):
@@ -223,9 +239,9 @@ class Funnel:
         """True for questions like "what do you remember about me": recall everything, not just matches."""
         return self._gate_hit(self.rules.gates("recall_all"), nfkc(message or "")) is not None
 
-    def _triggers(self, text: str) -> list[_Hit]:
+    def _triggers(self, sentences: list[str]) -> list[_Hit]:
         hits = []
-        for sentence in self.sentences(text):
+        for sentence in sentences:
             scripts = _scripts(sentence)
             for rule_file in self.rules.files:
                 needed = _SCRIPT_OF.get(rule_file.language)
@@ -243,12 +259,10 @@ class Funnel:
 
     def _compress(self, hit: _Hit) -> Candidate | None:
         rule_file, trigger = hit.rule_file, hit.trigger
-        values = {}
-        for name, value in hit.match.groupdict().items():
-            value = self._tidy(value or "", rule_file, particles=(name == "what"))
-            if not value and name in trigger.pattern.groupindex and f"{{{name}}}" in trigger.summary:
-                return None
-            values[name] = value
+        values = {name: self._tidy(value or "", rule_file, particles=(name == "what"))
+                  for name, value in hit.match.groupdict().items()}
+        if any(not values.get(name) for name in template_fields(trigger.summary)):
+            return None  # a group the summary needs captured nothing
         if len(values.get("what", "")) > rule_file.max_capture:
             return None
         content = _SPACES.sub(" ", render(trigger.summary, values)).strip()
@@ -290,6 +304,11 @@ _FORMATTER = _TemplateFormatter()
 TEMPLATE_SPECS = ("", "3sg")
 
 
+def template_fields(template: str) -> list[str]:
+    """The group names a summary or key template uses."""
+    return [name for _, name, _, _ in _FORMATTER.parse(template) if name]
+
+
 def render(template: str, values: dict[str, str]) -> str:
     """Render a rule's summary or key template."""
     return _FORMATTER.vformat(template, (), values)
@@ -301,9 +320,11 @@ def third_person(phrase: str) -> str:
     lower = first.lower()
     if lower in _IRREGULAR:
         first = _IRREGULAR[lower]
-    elif not lower.isalpha() or lower.endswith("s") and not lower.endswith(("ss", "sh", "ch")):
-        return phrase
-    elif lower.endswith(("sh", "ch", "ss", "x", "o", "z")):
+    elif not lower.isalpha() or lower.endswith("ed") and not lower.endswith("eed"):
+        return phrase  # not a verb we can conjugate, or past tense: leave it as said
+    elif lower.endswith("s") and not lower.endswith(("ss", "us")):
+        return phrase  # already third person
+    elif lower.endswith(("sh", "ch", "ss", "us", "x", "o", "z")):
         first += "es"
     elif lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
         first = first[:-1] + "ies"

@@ -236,15 +236,15 @@ class MemoryMiddleware:
         if result is None:
             return new_raw
         ts = turn.ts if turn.ts is not None else now
-        if result.captured:
+        if result.stage == "forget":
+            self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request"])
+        if result.candidates:
             # Without a message id or time from the client, a retry within the same minute
             # carries the same job id and is not queued twice.
             time_key = turn.ts if turn.ts is not None else (turn.message_id or int(now // 60))
             payload = remember_payload(result, user_id=user_id, session_id=turn.session_id, ts=ts,
                                        message_id=turn.message_id, time_key=time_key)
             self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"])
-        elif result.stage == "forget":
-            self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request"])
         return new_raw
 
     def _enqueue(self, func: str, args: list, *, job_id: str | None = None) -> None:

@@ -1,0 +1,415 @@
+"""The shipped rules (rules/zh.yaml, rules/en.yaml) on invented sentences.
+
+Every table row is one user message and what the funnel must make of it: the stage, and
+for a capture the memory type, polarity and exact one-line summary. Negative rows only
+require that nothing is captured (which gate stops them is an implementation detail).
+The sentences are written for these tests; none comes from a dataset.
+"""
+
+from __future__ import annotations
+
+
+import pytest
+import regex
+
+from memo_mw.funnel import Funnel
+from memo_mw.rules import check_rules, load_rules
+
+PREF, FACT, TASK, COMMIT, STYLE = "preference", "fact", "task", "commitment", "style"
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_rules(None)
+
+
+@pytest.fixture(scope="module")
+def funnel(rules):
+    return Funnel(rules)
+
+
+def test_default_rules_load_without_problems():
+    assert check_rules(None) == []
+
+
+def _p(message, mem_type, polarity, summary, id):
+    return pytest.param(message, mem_type, polarity, summary, id=id)
+
+
+# -- Chinese: captured ----------------------------------------------------------------------
+
+ZH_CAPTURED = [
+    # likes and dislikes
+    _p("我觉得吧，那个，其实我挺喜欢喝乌龙茶的", PREF, 1, "喜欢喝乌龙茶", "zh-like-fillers"),
+    _p("我爱吃火锅", PREF, 1, "爱吃火锅", "zh-love-eat"),
+    _p("我偏爱深色的界面", PREF, 1, "偏爱深色的界面", "zh-prefer"),
+    _p("嗯，我平时特别喜欢打羽毛球", PREF, 1, "喜欢打羽毛球", "zh-like-adverbs"),
+    _p("我最近迷上了做面包", PREF, 1, "迷上了做面包", "zh-like-lately"),
+    _p("我就是喜欢猫", PREF, 1, "喜欢猫", "zh-like-emphatic"),
+    _p("我喜欢聊历史的话题", PREF, 1, "喜欢聊历史的话题", "zh-like-huati-not-hypothetical"),
+    _p("我最喜欢的作家是村上春树", PREF, 1, "最喜欢的作家是村上春树", "zh-favourite"),
+    _p("我的爱好是摄影和徒步", PREF, 1, "爱好是摄影和徒步", "zh-hobby"),
+    _p("我对天文学很感兴趣", PREF, 1, "对天文学感兴趣", "zh-interest"),
+    _p("我对广场舞一点也不感兴趣", PREF, -1, "对广场舞不感兴趣", "zh-no-interest"),
+    _p("我讨厌排队", PREF, -1, "讨厌排队", "zh-hate"),
+    _p("说实话，我不太喜欢吃甜食", PREF, -1, "不太喜欢吃甜食", "zh-dislike"),
+    _p("我真的受不了早高峰的地铁", PREF, -1, "受不了早高峰的地铁", "zh-cant-stand"),
+    _p("我不喜欢额外收费的套餐", PREF, -1, "不喜欢额外收费的套餐", "zh-e-not-a-filler"),
+    _p("我喜欢看书，但是不喜欢看电视剧", PREF, 1, "喜欢看书", "zh-like-but-first"),
+    _p("我喜欢爬山，你呢？", PREF, 1, "喜欢爬山", "zh-like-return-question"),
+    # habits
+    _p("我习惯早上喝一杯黑咖啡", FACT, 1, "习惯早上喝一杯黑咖啡", "zh-habit"),
+    _p("我一般晚上十一点睡觉", FACT, 1, "一般晚上十一点睡觉", "zh-usually"),
+    _p("我通常周末去郊区骑车", FACT, 1, "通常周末去郊区骑车", "zh-normally"),
+    _p("我一般都是坐地铁上班", FACT, 1, "一般坐地铁上班", "zh-usually-dou-shi"),
+    _p("我每天早上跑步五公里", FACT, 1, "每天早上跑步五公里", "zh-every-morning"),
+    # identity and facts
+    _p("我是一名中学数学老师", FACT, 1, "是中学数学老师", "zh-identity"),
+    _p("我是个急性子", FACT, 1, "是急性子", "zh-identity-ge"),
+    _p("我在一家外企上班", FACT, 1, "在一家外企上班", "zh-work"),
+    _p("我目前在成都读研", FACT, 1, "在成都读研", "zh-study"),
+    _p("我住在杭州滨江区", FACT, 1, "住在杭州滨江区", "zh-live"),
+    _p("我家在青岛", FACT, 1, "住在青岛", "zh-home"),
+    _p("我家有一只三花猫", FACT, 1, "家里有一只三花猫", "zh-family-has"),
+    _p("我有两个女儿", FACT, 1, "有两个女儿", "zh-have"),
+    _p("我养了一只柯基", FACT, 1, "养一只柯基", "zh-pet"),
+    _p("我叫陈思远", FACT, 1, "名字叫陈思远", "zh-name"),
+    _p("我从事外贸行业", FACT, 1, "从事外贸行业", "zh-occupation"),
+    # food constraints
+    _p("我不吃香菜", PREF, -1, "不吃香菜", "zh-no-coriander"),
+    _p("我从不吃辣", PREF, -1, "从不吃辣", "zh-never-spicy"),
+    _p("我从来不吃动物内脏", PREF, -1, "从来不吃动物内脏", "zh-never-offal"),
+    _p("我一般不吃辣，吃了胃疼", PREF, -1, "不吃辣", "zh-usually-not-food-first"),
+    _p("我不能吃花生", PREF, -1, "不能吃花生", "zh-cannot-eat"),
+    _p("我不喝酒", PREF, -1, "不喝酒", "zh-no-alcohol"),
+    _p("我吃不了海鲜", PREF, -1, "吃不了海鲜", "zh-chibuliao"),
+    _p("我是素食主义者", FACT, 1, "是素食主义者", "zh-vegetarian"),
+    # tasks and commitments
+    _p("别忘了周五交房租", TASK, 1, "提醒：周五交房租", "zh-dont-forget"),
+    _p("记得提醒我下午三点开会", TASK, 1, "提醒：下午三点开会", "zh-remind-me"),
+    _p("你能提醒我周日给奶奶打电话吗？", TASK, 1, "提醒：周日给奶奶打电话", "zh-remind-question"),
+    _p("下次推荐电影的时候别推荐恐怖片", TASK, 1, "下次推荐电影的时候别推荐恐怖片", "zh-next-time"),
+    _p("下次给我推荐几本科幻小说", TASK, 1, "下次推荐几本科幻小说", "zh-next-time-gei-wo"),
+    _p("我打算明年考研", COMMIT, 1, "打算明年考研", "zh-plan"),
+    # answer style
+    _p("以后请用中文回答我", STYLE, 1, "回答要求：用中文回答", "zh-style-chinese"),
+    _p("从现在起回答尽量简短", STYLE, 1, "回答要求：回答尽量简短", "zh-style-short"),
+    _p("从现在开始，请用简体中文回复", STYLE, 1, "回答要求：用简体中文回复", "zh-style-simplified"),
+    _p("以后的回答不要超过三句话", STYLE, 1, "回答要求：不要超过三句话", "zh-style-length"),
+    _p("以后回答我的时候简短一点", STYLE, 1, "回答要求：简短一点", "zh-style-when-answering"),
+    _p("以后别用表情符号", STYLE, 1, "回答要求：别用表情符号", "zh-style-no-emoji"),
+    _p("请用英文回答", STYLE, 1, "回答要求：用英文回答", "zh-style-language"),
+    _p("以后叫我小周就行", STYLE, 1, "称呼用户为小周", "zh-style-name"),
+    # explicit memory
+    _p("请记住我的生日是十月三号", FACT, 1, "生日是十月三号", "zh-remember"),
+    _p("记住，我周三晚上有网球课", FACT, 1, "周三晚上有网球课", "zh-remember-comma"),
+    _p("帮我记一下，我的车位号是B12", FACT, 1, "车位号是B12", "zh-note-this"),
+    _p("记住我喜欢靠窗的座位", PREF, 1, "喜欢靠窗的座位", "zh-remember-a-like"),
+]
+
+# -- Chinese: not captured --------------------------------------------------------------------
+
+ZH_NOT_CAPTURED = [
+    pytest.param("你喜欢哪个季节？", id="zh-ask-assistant-like"),
+    pytest.param("你是谁", id="zh-who-are-you"),
+    pytest.param("你平时爱看什么书", id="zh-ask-assistant-habit"),
+    pytest.param("我喜欢的那首歌叫什么来着？", id="zh-question"),
+    pytest.param("把'我爱北京'翻译成英文", id="zh-translate-quoted"),
+    pytest.param("“我讨厌星期一”用日语怎么说", id="zh-how-to-say"),
+    pytest.param("他在信里写着「我不吃鱼」", id="zh-quoted"),
+    pytest.param("我同事喜欢钓鱼", id="zh-colleague"),
+    pytest.param("我妈妈不吃辣", id="zh-mother"),
+    pytest.param("我爱人喜欢钓鱼", id="zh-spouse-airen"),
+    pytest.param("我爱人不吃香菜", id="zh-spouse-food"),
+    pytest.param("我儿子和我都不吃香菜", id="zh-son-first"),
+    pytest.param("朋友说我是个工作狂", id="zh-friend-says"),
+    pytest.param("如果我喜欢上了别人怎么办", id="zh-if"),
+    pytest.param("假如我住在海边，会不会更开心", id="zh-suppose"),
+    pytest.param("我想要一份总结", id="zh-want-summary"),
+    pytest.param("帮我查一下我住的地方附近有什么好吃的", id="zh-request"),
+    pytest.param("我是说你刚才那个方案不行", id="zh-i-mean"),
+    pytest.param("我是不是太敏感了", id="zh-am-i"),
+    pytest.param("我是第一次用这个软件", id="zh-first-time"),
+    pytest.param("我有点累", id="zh-a-bit-tired"),
+    pytest.param("我有一个问题", id="zh-have-question"),
+    pytest.param("我有个小问题想请教", id="zh-have-small-question"),
+    pytest.param("我家有点远", id="zh-home-far"),
+    pytest.param("我喜欢你", id="zh-like-you"),
+    pytest.param("我爱你", id="zh-love-you"),
+    pytest.param("我不喜欢你这样说话", id="zh-dislike-you"),
+    pytest.param("我喜欢这个！", id="zh-like-this"),
+    pytest.param("我今晚想看电影", id="zh-tonight"),
+    pytest.param("今天我不吃晚饭", id="zh-today-no-dinner"),
+    pytest.param("我今天特别喜欢这顿饭", id="zh-today-like"),
+    pytest.param("好的，我记住了", id="zh-i-remembered"),
+    pytest.param("我忘记带伞了", id="zh-forgot-umbrella"),
+    pytest.param("我决定了！", id="zh-decided-nothing"),
+    pytest.param("下次再聊吧", id="zh-next-time-bye"),
+    pytest.param("别忘了我哦", id="zh-dont-forget-me"),
+    pytest.param("我在想工作的事", id="zh-thinking-about-work"),
+    pytest.param("我叫了外卖", id="zh-ordered-takeout"),
+    pytest.param("以后少吃点外卖", id="zh-later-not-style"),
+    pytest.param("我住院了", id="zh-hospital"),
+    pytest.param("我确诊了糖尿病", id="zh-sensitive-health"),
+]
+
+# -- English: captured ------------------------------------------------------------------------
+
+EN_CAPTURED = [
+    # likes and dislikes
+    _p("I really like bossa nova", PREF, 1, "likes bossa nova", "en-like"),
+    _p("Um, actually I love hiking", PREF, 1, "likes hiking", "en-love-fillers"),
+    _p("I enjoy cooking Thai food", PREF, 1, "likes cooking Thai food", "en-enjoy"),
+    _p("I'm really into vinyl records", PREF, 1, "likes vinyl records", "en-into"),
+    _p("I'm a huge fan of board games", PREF, 1, "likes board games", "en-fan-of"),
+    _p("I've always loved horses", PREF, 1, "likes horses", "en-always-loved"),
+    _p("I prefer tea over coffee", PREF, 1, "prefers tea over coffee", "en-prefer"),
+    _p("I'm interested in astronomy", PREF, 1, "is interested in astronomy", "en-interested"),
+    _p("I hate traffic jams", PREF, -1, "dislikes traffic jams", "en-hate"),
+    _p("I can't stand loud music", PREF, -1, "dislikes loud music", "en-cant-stand"),
+    _p("I don't really like spicy food", PREF, -1, "dislikes spicy food", "en-dont-like"),
+    _p("I'm not a fan of musicals", PREF, -1, "dislikes musicals", "en-not-a-fan"),
+    _p("I love jazz, but I hate country music", PREF, 1, "likes jazz", "en-like-but-first"),
+    _p("I love sushi, what about you?", PREF, 1, "likes sushi", "en-like-return-question"),
+    # habits
+    _p("I usually run at 6am", FACT, 1, "usually runs at 6am", "en-usually"),
+    _p("I always have tea before bed", FACT, 1, "always has tea before bed", "en-always-have"),
+    _p("I often go hiking with my dog", FACT, 1, "often goes hiking with their dog", "en-often"),
+    _p("When I travel, I always pack light", FACT, 1, "always packs light", "en-when-clause"),
+    _p("I tend to stay up late", FACT, 1, "tends to stay up late", "en-tend-to"),
+    _p("Every morning I drink green tea", FACT, 1, "drinks green tea every morning", "en-every-first"),
+    _p("On weekends, I sleep in", FACT, 1, "sleeps in on weekends", "en-on-weekends"),
+    _p("I call my grandma every Sunday", FACT, 1, "calls their grandma every Sunday", "en-every-last"),
+    # identity and facts
+    _p("I'm a software engineer", FACT, 1, "is a software engineer", "en-identity"),
+    _p("I'm actually a nurse", FACT, 1, "is a nurse", "en-identity-filler"),
+    _p("I'm not a morning person", FACT, -1, "is not a morning person", "en-identity-not"),
+    _p("I work at a small bakery", FACT, 1, "works at a small bakery", "en-work-at"),
+    _p("I work from home", FACT, 1, "works from home", "en-work-from"),
+    _p("I live in Lisbon", FACT, 1, "lives in Lisbon", "en-live"),
+    _p("I live with my parents", FACT, 1, "lives with their parents", "en-live-with"),
+    _p("I just moved to Denver", FACT, 1, "lives in Denver", "en-moved"),
+    _p("I'm originally from Brazil", FACT, 1, "is from Brazil", "en-from"),
+    _p("I have two cats", FACT, 1, "has two cats", "en-have"),
+    _p("I have a little sister", FACT, 1, "has a little sister", "en-have-little-sister"),
+    _p("My name is Anna", FACT, 1, "name is Anna", "en-name"),
+    _p("I study marine biology", FACT, 1, "studies marine biology", "en-study"),
+    # food constraints
+    _p("I don't eat pork", PREF, -1, "doesn't eat pork", "en-no-pork"),
+    _p("I never eat red meat", PREF, -1, "doesn't eat red meat", "en-never-eat"),
+    _p("I usually don't eat breakfast", PREF, -1, "doesn't eat breakfast", "en-usually-not-eat"),
+    _p("I don't drink alcohol", PREF, -1, "doesn't drink alcohol", "en-no-alcohol"),
+    _p("I avoid gluten", PREF, -1, "avoids gluten", "en-avoid"),
+    _p("I'm vegetarian", FACT, 1, "is vegetarian", "en-vegetarian"),
+    # tasks and commitments
+    _p("Next time, suggest something vegetarian", TASK, 1, "next time: suggest something vegetarian", "en-next-time"),
+    _p("Don't forget that my flight is on Friday", TASK, 1, "reminder: their flight is on Friday", "en-dont-forget"),
+    _p("Remind me to call the dentist tomorrow", TASK, 1, "reminder: call the dentist tomorrow", "en-remind"),
+    _p("Can you remind me to water the plants?", TASK, 1, "reminder: water the plants", "en-remind-question"),
+    _p("I've decided to learn Japanese", COMMIT, 1, "plans to learn Japanese", "en-decided"),
+    # answer style
+    _p("From now on, answer in Spanish", STYLE, 1, "answer style: answer in Spanish", "en-style-from-now-on"),
+    _p("Always reply in bullet points", STYLE, 1, "answer style: reply in bullet points", "en-style-always"),
+    _p("Please answer in English", STYLE, 1, "answer style: answer in English", "en-style-please"),
+    _p("Going forward, don't use emojis", STYLE, 1, "answer style: don't use emojis", "en-style-going-forward"),
+    _p("Keep your answers short from now on", STYLE, 1, "answer style: Keep your answers short", "en-style-at-end"),
+    _p("Could you always answer in French?", STYLE, 1, "answer style: answer in French", "en-style-question"),
+    _p("I prefer short answers", STYLE, 1, "answer style: short answers", "en-style-prefer"),
+    _p("You can call me Sam", STYLE, 1, "address the user as Sam", "en-style-name"),
+    # explicit memory
+    _p("Remember that my birthday is May 3", FACT, 1, "their birthday is May 3", "en-remember"),
+    _p("Please remember I take the bus to work", FACT, 1, "they take the bus to work", "en-remember-please"),
+    _p("Remember that I hate cilantro", PREF, -1, "dislikes cilantro", "en-remember-a-dislike"),
+]
+
+# -- English: not captured --------------------------------------------------------------------
+
+EN_NOT_CAPTURED = [
+    pytest.param("Do you enjoy poetry?", id="en-ask-assistant"),
+    pytest.param("Who are you?", id="en-who"),
+    pytest.param("Do I like this kind of music?", id="en-question"),
+    pytest.param("What's 'I love dogs' in Spanish?", id="en-translate-quoted"),
+    pytest.param('Translate "I hate Mondays" into French', id="en-translate"),
+    pytest.param("How do you say I like cheese in German", id="en-how-to-say"),
+    pytest.param('She wrote "I never eat fish" on the card', id="en-quoted"),
+    pytest.param("My brother loves skiing", id="en-brother"),
+    pytest.param("My sister says I hate vegetables", id="en-sister-says"),
+    pytest.param("My wife and I live in Oslo", id="en-wife-and-i"),
+    pytest.param("If I liked jazz, what would you recommend?", id="en-if"),
+    pytest.param("Imagine I lived in Tokyo", id="en-imagine"),
+    pytest.param("I wish I lived by the sea", id="en-wish"),
+    pytest.param("I'd like a summary of this", id="en-id-like"),
+    pytest.param("I would love a shorter version", id="en-would-love"),
+    pytest.param("Write a poem about why I love autumn", id="en-write"),
+    pytest.param("I'm a bit tired", id="en-a-bit-tired"),
+    pytest.param("I'm a little confused", id="en-a-little-confused"),
+    pytest.param("I have a question", id="en-have-question"),
+    pytest.param("I have a quick question about loops", id="en-have-quick-question"),
+    pytest.param("I have a headache", id="en-headache"),
+    pytest.param("I love it!", id="en-love-it"),
+    pytest.param("I love you", id="en-love-you"),
+    pytest.param("I like how you explained that", id="en-like-how-you"),
+    pytest.param("I like this one", id="en-this-one"),
+    pytest.param("I love this weather today", id="en-today"),
+    pytest.param("I really want pizza tonight", id="en-tonight"),
+    pytest.param("I'm going to the gym", id="en-going-to"),
+    pytest.param("I remember when I was a kid", id="en-i-remember"),
+    pytest.param("I always thought you were human", id="en-past-tense"),
+    pytest.param("I don't eat much", id="en-dont-eat-much"),
+    pytest.param("I like to think I'm patient", id="en-like-to-think"),
+    pytest.param("Don't forget about me", id="en-dont-forget-me"),
+    pytest.param("See you next time!", id="en-see-you-next-time"),
+    pytest.param("That reminds me of my childhood", id="en-reminds-me"),
+    pytest.param("Note that the function returns None", id="en-note-not-about-user"),
+    pytest.param("I was diagnosed with diabetes", id="en-sensitive-health"),
+]
+
+
+def _check_captured(funnel, message, mem_type, polarity, summary):
+    result = funnel.process(message)
+    assert result.stage == "captured", result.trace
+    first = result.candidates[0]
+    assert (first.type, first.polarity, first.content) == (mem_type, polarity, summary), result.trace
+    for candidate in result.candidates:
+        assert "\n" not in candidate.content
+    return first
+
+
+@pytest.mark.parametrize(("message", "mem_type", "polarity", "summary"), ZH_CAPTURED)
+def test_zh_captured(funnel, message, mem_type, polarity, summary):
+    first = _check_captured(funnel, message, mem_type, polarity, summary)
+    assert first.language == "zh"
+    # Chinese summaries drop the first person; "称呼用户为…" names the user instead.
+    assert not first.content.startswith("我")
+
+
+@pytest.mark.parametrize("message", ZH_NOT_CAPTURED)
+def test_zh_not_captured(funnel, message):
+    result = funnel.process(message)
+    assert result.stage != "captured", [c.as_dict() for c in result.candidates]
+
+
+@pytest.mark.parametrize(("message", "mem_type", "polarity", "summary"), EN_CAPTURED)
+def test_en_captured(funnel, message, mem_type, polarity, summary):
+    first = _check_captured(funnel, message, mem_type, polarity, summary)
+    assert first.language == "en"
+    assert not regex.search(r"(?i)\b(?:I|my|me|I'm|mine)\b", first.content), first.content
+
+
+@pytest.mark.parametrize("message", EN_NOT_CAPTURED)
+def test_en_not_captured(funnel, message):
+    result = funnel.process(message)
+    assert result.stage != "captured", [c.as_dict() for c in result.candidates]
+
+
+# -- forgetting -------------------------------------------------------------------------------
+
+FORGET_ALL = [
+    pytest.param("清除你记住的关于我的一切", id="zh-clear-everything"),
+    pytest.param("忘了我吧", id="zh-forget-me"),
+    pytest.param("删除关于我的所有记忆", id="zh-delete-all-memories"),
+    pytest.param("把关于我的记忆都删了", id="zh-ba-memories"),
+    pytest.param("把你知道的关于我的信息全部删掉", id="zh-ba-info-all"),
+    pytest.param("别再记录我的任何信息了", id="zh-stop-recording"),
+    pytest.param("不要再记住关于我的事", id="zh-dont-remember-me"),
+    pytest.param("清空你的记忆", id="zh-empty-memory"),
+    pytest.param("忘掉我说过的所有话", id="zh-forget-all-i-said"),
+    pytest.param("删除我的所有数据", id="zh-delete-my-data"),
+    pytest.param("erase everything about me", id="en-erase-everything"),
+    pytest.param("Stop remembering things about me", id="en-stop-remembering"),
+    pytest.param("Please forget everything you know about me.", id="en-forget-everything-you-know"),
+    pytest.param("delete all my data", id="en-delete-all-my-data"),
+    pytest.param("Wipe your memory", id="en-wipe-memory"),
+    pytest.param("I want you to forget everything about me", id="en-want-you-to-forget"),
+    pytest.param("Forget me", id="en-forget-me"),
+    pytest.param("Forget everything I told you", id="en-forget-everything-told"),
+    pytest.param("Don't remember anything I say", id="en-dont-remember-anything"),
+]
+
+
+@pytest.mark.parametrize("message", FORGET_ALL)
+def test_forget_all(funnel, message):
+    result = funnel.process(message)
+    assert (result.stage, result.forget_scope, result.forget_match) == ("forget", "all", None), result.trace
+
+
+FORGET_MATCH = [
+    pytest.param("把我喜欢看恐怖片这条删掉", "我喜欢看恐怖片", id="zh-ba-this-one"),
+    pytest.param("忘掉我住在上海这件事", "我住在上海", id="zh-forget-this-fact"),
+    pytest.param("删掉关于我养猫的记忆", "我养猫", id="zh-delete-memory-about"),
+    pytest.param("请把我不吃辣那条删了", "我不吃辣", id="zh-please-ba"),
+    pytest.param("forget that I play tennis", "I play tennis", id="en-forget-that"),
+    pytest.param("Please forget about my trip to Rome", "my trip to Rome", id="en-forget-about"),
+    pytest.param("Can you forget what I said about my job?", "my job", id="en-forget-what-i-said"),
+]
+
+
+@pytest.mark.parametrize(("message", "match"), FORGET_MATCH)
+def test_forget_match(funnel, message, match):
+    result = funnel.process(message)
+    assert (result.stage, result.forget_scope, result.forget_match) == ("forget", "match", match), result.trace
+
+
+NOT_FORGET = [
+    # Forget rules delete data: ordinary sentences with "forget" / "delete" must not reach them.
+    pytest.param("我忘记带钥匙了", id="zh-i-forgot"),
+    pytest.param("我总是忘记带钥匙", id="zh-i-always-forget"),
+    pytest.param("别忘了提醒我交电费", id="zh-dont-forget-task"),
+    pytest.param("删除所有文件", id="zh-delete-all-files"),
+    pytest.param("忘记一切烦恼吧", id="zh-forget-worries"),
+    pytest.param("把这个文件删掉", id="zh-delete-this-file"),
+    pytest.param("清空购物车", id="zh-empty-cart"),
+    pytest.param("Don't forget that my flight is on Friday", id="en-dont-forget-task"),
+    pytest.param("Don't forget about me", id="en-dont-forget-me"),
+    pytest.param("I always forget about my dentist appointments", id="en-i-always-forget"),
+    pytest.param("Delete everything in my downloads folder", id="en-delete-downloads"),
+    pytest.param("Clear all my browser cookies", id="en-clear-cookies"),
+    pytest.param("Delete my data from the spreadsheet", id="en-delete-from-sheet"),
+    pytest.param("Forget about it", id="en-forget-about-it"),
+    pytest.param("Forget everything I said about the bug", id="en-forget-the-bug"),
+]
+
+
+@pytest.mark.parametrize("message", NOT_FORGET)
+def test_not_a_forget_request(funnel, message):
+    assert funnel.process(message).stage != "forget"
+
+
+# -- every pattern is bounded -----------------------------------------------------------------
+
+_ADVERSARIAL = [
+    "我" * 400,
+    "我喜欢" * 150,
+    "我" + "真的" * 200 + "喜欢",
+    "我是" * 200 + "！",
+    "把我" * 200 + "删掉",
+    "记住" + "，" * 300,
+    "I " * 300,
+    "I really " * 100 + "like",
+    "I'm a " * 100,
+    "remember " * 100,
+    "forget everything " * 50 + "about",
+    "'" + "I " * 150,
+    "a" * 600 + "?",
+    "every morning I " * 60,
+]
+
+
+def test_no_pattern_backtracks_catastrophically(rules):
+    """Each search on 400-600 hostile characters finishes inside a generous regex timeout.
+
+    The timeout is the production mechanism (``regex``'s ``timeout=``), set far above
+    what a linear pattern needs, so only exponential backtracking can trip it.
+    """
+    patterns = [(t.id, t.pattern) for t in rules.triggers]
+    for kind in ("negative", "sensitive", "forget", "recall_all"):
+        patterns += [(g.id, g.pattern) for g in rules.gates(kind)]
+    patterns += [(f"filler {f.pattern}", f) for rf in rules.files for f in rf.fillers]
+    timed_out = []
+    for rule_id, pattern in patterns:
+        for text in _ADVERSARIAL:
+            try:
+                pattern.search(text, timeout=1.0)
+            except TimeoutError:
+                timed_out.append((rule_id, text[:20]))
+    assert timed_out == []
