@@ -34,7 +34,8 @@ _SPLIT = regex.compile(
     r"(?<=[。！？!?；;])|\n|(?<=\.)(?=\s)|[,，]\s*(?=(?:but|however|though|although)\b|但|不过|可是)",
     regex.IGNORECASE | regex.V1,
 )
-_EDGE_PUNCT = regex.compile(r"^[\s\p{P}]+|[\s\p{P}]+$")
+# Edge punctuation, except the brackets of PII placeholders such as "[email]".
+_EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
 _HAN = regex.compile(r"\p{Han}")
 _LATIN = regex.compile(r"\p{Latin}")
@@ -150,7 +151,8 @@ class Funnel:
 
     def process(self, message: str) -> FunnelResult:
         """Run one user message through every stage."""
-        text = self.clean(message or "")
+        # PII is masked first, so no capture can cut an address in half and keep a piece.
+        text = mask_pii(self.clean(message or ""))
         trace: list[tuple[str, str]] = []
         if not text:
             return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
@@ -270,8 +272,8 @@ class Funnel:
         if not content or not key:
             return None
         return Candidate(
-            type=trigger.type, key=mask_pii(key), polarity=trigger.polarity, content=mask_pii(content),
-            excerpt=mask_pii(hit.sentence), rule_id=trigger.id, confidence=trigger.confidence,
+            type=trigger.type, key=key, polarity=trigger.polarity, content=content,
+            excerpt=hit.sentence, rule_id=trigger.id, confidence=trigger.confidence,
             ttl_days=trigger.ttl_days, language=rule_file.language,
         )
 

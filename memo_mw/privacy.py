@@ -13,9 +13,9 @@ _MASKS: tuple[tuple[str, regex.Pattern], ...] = (
     ("[email]", regex.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
     ("[secret]", regex.compile(r"\b(?:sk|pk|rk|ghp|gho|xox[abp])[-_][A-Za-z0-9_-]{12,}\b|\bAKIA[0-9A-Z]{16}\b")),
     ("[id]", regex.compile(r"(?<!\d)\d{17}[\dXx](?![\dA-Za-z])")),
-    ("[number]", regex.compile(r"(?<!\d)(?:\d[ -]?){12,19}(?!\d)")),
     ("[phone]", regex.compile(r"(?<![\d+])(?:\+?86[ -]?)?1[3-9]\d[ -]?\d{4}[ -]?\d{4}(?!\d)")),
     ("[phone]", regex.compile(r"(?<![\w+])\+\d{1,3}[ -]?(?:\(?\d{1,4}\)?[ -]?){2,5}\d{2,4}(?!\d)")),
+    ("[number]", regex.compile(r"(?<!\d)(?:\d[ -]?){12,19}(?!\d)")),
 )
 
 

@@ -1,0 +1,116 @@
+"""The funnel's mechanics on small rule files written for each test."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from memo_mw.funnel import Funnel, third_person
+from memo_mw.rules import load_rules
+
+
+def funnel_of(tmp_path, **files: str) -> Funnel:
+    paths = []
+    for name, text in files.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        paths.append(str(path))
+    return Funnel(load_rules(paths))
+
+
+EN = """
+    language: en
+    fillers: ['\\bum\\b,?\\s*']
+    trailing: ['a lot']
+    pronouns: {my: their}
+    negative:
+      - {id: en.q, pattern: '\\?$'}
+    forget:
+      - {id: en.forget, pattern: '^forget that (?P<what>[^.]+)', scope: match}
+    triggers:
+      - {id: en.like, pattern: '\\bI like (?P<what>[^,.!?]+)', type: preference, summary: 'likes {what}'}
+      - {id: en.habit, pattern: '\\bI (?P<how>usually)\\s*(?P<what>[^,.!?]*)', type: fact,
+         summary: '{how} {what:3sg}', key: 'habit'}
+"""
+ZH = """
+    language: zh
+    negative:
+      - {id: zh.cats, pattern: 'cats'}
+      - {id: zh.translate, pattern: '翻译', scope: message}
+    triggers:
+      - {id: zh.like, pattern: '我喜欢(?P<what>[^，。！？]+)', type: preference, summary: '喜欢{what}'}
+"""
+
+
+def test_fillers_trailing_pronouns_and_template(tmp_path):
+    funnel = funnel_of(tmp_path, en=EN)
+    (c,) = funnel.process("um, I like my dog's squeaky toy a lot.").candidates
+    assert (c.content, c.key, c.type, c.polarity, c.rule_id) == (
+        "likes their dog's squeaky toy", "their dog s squeaky toy", "preference", 1, "en.like")
+    assert c.excerpt == "I like my dog's squeaky toy a lot."
+    (c,) = funnel.process("I usually run at dawn").candidates
+    assert c.content == "usually runs at dawn" and c.key == "habit"
+
+
+def test_a_group_the_summary_needs_must_capture_something(tmp_path):
+    result = funnel_of(tmp_path, en=EN).process("I usually")
+    assert result.stage == "unusable" and result.candidates == []
+
+
+def test_several_statements_in_one_message(tmp_path):
+    result = funnel_of(tmp_path, en=EN).process("I like tea. I like jazz, but I like rain")
+    assert [c.content for c in result.candidates] == ["likes tea", "likes jazz", "likes rain"]
+
+
+def test_forget_match_keeps_the_other_statements(tmp_path):
+    result = funnel_of(tmp_path, en=EN).process("forget that I play tennis. I like golf now")
+    assert result.stage == "forget" and result.forget_match == "I play tennis"
+    assert [c.content for c in result.candidates] == ["likes golf now"]
+
+
+def test_sentence_negatives_come_from_the_matching_rules_file(tmp_path):
+    funnel = funnel_of(tmp_path, zh=ZH, en=EN)
+    assert funnel.process("I like cats").stage == "captured"  # zh.cats belongs to the Chinese file
+    assert funnel.process("我喜欢cats").stage == "negative"
+    assert funnel.process("帮我翻译: I like cats").stage == "negative"  # message-wide gates apply everywhere
+    assert funnel.process("I like cats?").stage == "negative"
+
+
+def test_trace_names_each_gate(tmp_path):
+    trace = funnel_of(tmp_path, en=EN).process("I like jazz").trace
+    assert [gate for gate, _ in trace] == ["trigger", "length", "compress"]
+    assert trace[-1] == ("compress", "en.like -> likes jazz")
+
+
+def test_length_limit(tmp_path):
+    funnel = funnel_of(tmp_path, en=EN.replace("language: en", "language: en\n    max_length: 20"))
+    assert funnel.process("I like jazz").stage == "captured"
+    assert funnel.process("I like jazz and a great many other things").stage == "too_long"
+
+
+def test_pii_is_masked_in_content_and_excerpt(tmp_path):
+    (c,) = funnel_of(tmp_path, en=EN).process("I like mail at bob@example.com or +44 20 7946 0958").candidates
+    assert "bob" not in c.content + c.key + c.excerpt and "7946" not in c.content + c.key + c.excerpt
+    assert c.content == "likes mail at [email] or [phone]"
+    assert c.excerpt == "I like mail at [email] or [phone]"
+
+
+def test_catastrophic_pattern_is_bounded_and_logged(tmp_path, caplog):
+    funnel = funnel_of(tmp_path, en="""
+        language: en
+        triggers:
+          - {id: en.slow, pattern: '(?P<what>a|aa)+$', type: fact, summary: '{what}'}
+    """)
+    assert funnel.process("a" * 40 + "!").stage == "no_trigger"
+    assert "timed out" in caplog.text and "en.yaml" in caplog.text
+
+
+@pytest.mark.parametrize("phrase, expected", [
+    ("run at 6am", "runs at 6am"), ("go hiking", "goes hiking"), ("study late", "studies late"),
+    ("watch films", "watches films"), ("focus on work", "focuses on work"), ("have tea", "has tea"),
+    ("play chess", "plays chess"), ("wanted to go", "wanted to go"), ("need coffee", "needs coffee"),
+    ("does yoga", "does yoga"), ("6am runs", "6am runs"),
+])
+def test_third_person(phrase, expected):
+    assert third_person(phrase) == expected
