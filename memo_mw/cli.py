@@ -1,30 +1,43 @@
 """``memo-mw``: the command line, a thin layer over the library.
 
 Commands: ``worker``, ``replay``, ``memories``, ``recall``, ``forget``, ``rules check``,
-``rules test``. Library errors become a one-sentence ``click`` error and exit status 1.
+``rules test``. Library and database errors become a one-sentence ``click`` error and
+exit status 1, never a traceback.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
-import os
+import math
+import sqlite3
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
 from . import defaults
-from .exceptions import MemoError
+from .adapters import clean_id
+from .exceptions import MemoError, RulesError
 from .funnel import STAGES, Funnel
 from .pipeline import remember_payload
 from .recall import RecallConfig, score
-from .rules import check_rules, load_rules
+from .rules import load_rules
 from .store import Store
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+#: The counts ``replay`` prints, in this order: input lines, then each funnel stage, then
+#: what the store did with the captured ones.
+REPLAY_COUNTS = ("lines", "invalid", "not_user", *STAGES, "stored", "merged", "superseded", "duplicate_job",
+                 "forgotten")
+
+#: Lines per transaction in ``replay``: one commit per line would cap it at a few hundred a second.
+REPLAY_BATCH = 500
 
 
 def _dump(value: Any) -> str:
@@ -38,13 +51,31 @@ def _load_rules(paths: tuple[str, ...]):
         raise click.ClickException(str(exc)) from exc
 
 
-def _open_store(db: str, *, readonly: bool) -> Store:
-    if readonly and not Path(db).is_file():
+@contextlib.contextmanager
+def _db_errors(db: str) -> Iterator[None]:
+    """A database that turns out to be unusable midway is a one-line error, not a traceback."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise click.ClickException(f"cannot use {db!r} as the memory database: {exc}") from exc
+
+
+def _open_store(db: str, *, readonly: bool, must_exist: bool = False) -> Store:
+    """Open the store; reading (or deleting from) a database that is not there is an error, not an empty result."""
+    if (readonly or must_exist) and not Path(db).is_file():
         raise click.ClickException(f"no memory database at {db!r}; check --db")
     try:
-        return Store(db, readonly=readonly)
+        store = Store(db, readonly=readonly)
     except MemoError as exc:
         raise click.ClickException(str(exc)) from exc
+    try:
+        with _db_errors(db):
+            if not store.db["memories"].exists():
+                raise click.ClickException(f"{db!r} is not a memo-mw database (it has no memories table); check --db")
+    except click.ClickException:
+        store.close()
+        raise
+    return store
 
 
 db_option = click.option("--db", default="memo.db", show_default=True, help="Path of the SQLite memory database.")
@@ -52,7 +83,7 @@ rules_option = click.option("--rules", "rules_paths", multiple=True,
                             help="Rule file or folder (repeatable). Default: the shipped zh and en rules.")
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memo-mw")
 def main() -> None:
     """memo-mw: rule-based long-term memory for chat apps."""
@@ -72,10 +103,10 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None) -> None:
     import redis
     from rq import Worker
 
-    connection = redis.Redis.from_url(url)
     try:
+        connection = redis.Redis.from_url(url)
         connection.ping()
-    except redis.RedisError as exc:
+    except (redis.RedisError, ValueError) as exc:
         raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
     Worker([queue_name], connection=connection, serializer=defaults.SERIALIZER, name=name).work(burst=burst)
 
@@ -88,36 +119,89 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None) -> None:
 def replay(file, db: str, rules_paths: tuple[str, ...], as_json: bool) -> None:
     """Run a chat log through the funnel and into the store, synchronously.
 
-    FILE is JSON lines: {"user", "session", "ts", "text"}, optionally "id" (message id,
-    kept in source_ids) and "role" (default "user"; other roles are never stored).
-    The message's ts is the clock. Prints how many lines stopped at each funnel stage.
+    FILE is JSON lines (- for stdin): {"user", "session", "ts", "text"}, optionally "id"
+    (message id, kept in source_ids) and "role" (default "user"; other roles are never
+    stored). ts is epoch seconds and is the clock. Lines go through the same funnel and
+    store code as the middleware's jobs, in order. Prints how many lines stopped at each
+    funnel stage and what the store did with the captured ones; a progress bar on a terminal.
     """
     funnel = Funnel(_load_rules(rules_paths))
     store = _open_store(db, readonly=False)
     counts: collections.Counter[str] = collections.Counter()
-    lines = file.readlines()
-    show_bar = sys.stderr.isatty()
     started = time.perf_counter()
-    with click.progressbar(lines, label="replay", file=sys.stderr if show_bar else open(os.devnull, "w")) as bar:
-        batch = 0
-        store.db.conn.execute("BEGIN")
-        for number, raw in enumerate(bar, 1):
-            _replay_line(raw, number, funnel, store, counts)
-            batch += 1
-            if batch >= 500:  # one transaction per batch: thousands of lines a second
-                store.db.conn.execute("COMMIT")
-                store.db.conn.execute("BEGIN")
-                batch = 0
-        store.db.conn.execute("COMMIT")
-    store.close()
-    counts["seconds"] = round(time.perf_counter() - started, 3)
-    order = ["lines", "invalid", "not_user", *STAGES, "stored", "merged", "superseded", "duplicate_job",
-             "forgotten", "seconds"]
+    conn = store.db.conn
+    number = 0
+    try:
+        with _db_errors(db), _replay_lines(file) as lines:
+            conn.execute("BEGIN")
+            for number, raw in lines:
+                _replay_line(raw, number, funnel, store, counts)
+                if number % REPLAY_BATCH == 0:
+                    conn.execute("COMMIT")
+                    conn.execute("BEGIN")
+            conn.execute("COMMIT")
+            if counts["forgotten"]:
+                # Forgetting is physical: the deleted rows leave the WAL file too.
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except click.ClickException as exc:
+        if number:
+            exc.message = f"line {number}: {exc.message} (the lines before it were stored)"
+        raise
+    finally:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("COMMIT")  # keep what was replayed before an error or Ctrl-C
+        store.close()
+    seconds = time.perf_counter() - started
+    result: dict[str, Any] = {k: counts.get(k, 0) for k in REPLAY_COUNTS}
+    result["seconds"] = round(seconds, 3)
     if as_json:
-        click.echo(_dump({k: counts.get(k, 0) for k in order}))
+        click.echo(_dump(result))
     else:
-        for name in order:
-            click.echo(f"{name:<14}{counts.get(name, 0):>10}")
+        for name, value in result.items():
+            click.echo(f"{name:<14}{value:>10}")
+
+
+@contextlib.contextmanager
+def _replay_lines(file) -> Iterator[Iterator[tuple[int, str]]]:
+    """Numbered lines of the log; with a progress bar when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield enumerate(file, 1)  # streamed: a log larger than memory is fine
+        return
+    lines = file.readlines()
+    with click.progressbar(enumerate(lines, 1), length=len(lines), label="replay", file=sys.stderr,
+                           show_pos=True, update_min_steps=max(1, len(lines) // 200)) as bar:
+        yield bar
+
+
+class _InvalidLine(ValueError):
+    pass
+
+
+def _parse_line(raw: str) -> dict[str, Any]:
+    """One log line as the values the middleware would read from a request, or _InvalidLine."""
+    try:
+        record = json.loads(raw)
+    except ValueError as exc:
+        raise _InvalidLine(f"not JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise _InvalidLine("not a JSON object")
+    user = clean_id(record.get("user"))
+    if user is None:
+        raise _InvalidLine("no user (a non-empty string or number)")
+    text = record.get("text")
+    if not isinstance(text, str):
+        raise _InvalidLine("no text (a string)")
+    ts = record.get("ts")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or not 0 < ts < 1e11:
+        raise _InvalidLine(f"ts must be epoch seconds, not {ts!r}")
+    role = record.get("role")
+    if role is None:
+        role = "user"
+    if not isinstance(role, str):
+        raise _InvalidLine(f"role must be a string, not {role!r}")
+    return {"user": user, "text": text, "ts": float(ts), "role": role,
+            "session": clean_id(record.get("session")), "id": clean_id(record.get("id"))}
 
 
 def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: collections.Counter) -> None:
@@ -125,27 +209,26 @@ def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: co
         return
     counts["lines"] += 1
     try:
-        record = json.loads(raw)
-        user, text, ts = str(record["user"]), record["text"], float(record["ts"])
-        if not isinstance(text, str):
-            raise TypeError("text is not a string")
-    except (ValueError, KeyError, TypeError) as exc:
+        line = _parse_line(raw)
+    except _InvalidLine as exc:
         counts["invalid"] += 1
-        click.echo(f"line {number}: skipped, not a {{user, session, ts, text}} record ({exc})", err=True)
+        click.echo(f"line {number}: skipped, not a {{user, session, ts, text}} record: {exc}", err=True)
         return
-    if record.get("role", "user") != "user":
-        counts["not_user"] += 1
+    if line["role"] != "user":
+        counts["not_user"] += 1  # context only: the assistant's words are never the user's memories
         return
-    result = funnel.process(text)
+    result = funnel.process(line["text"])
     counts[result.stage] += 1
-    message_id = record.get("id")
     if result.captured:
-        payload = remember_payload(result, user_id=user, session_id=record.get("session"), ts=ts,
-                                   message_id=str(message_id) if message_id is not None else None)
+        # The payload the middleware would enqueue for this message (its ts is the job's
+        # time key there too), applied as the worker's job would apply it.
+        payload = remember_payload(result, user_id=line["user"], session_id=line["session"], ts=line["ts"],
+                                   message_id=line["id"], time_key=line["ts"])
         for outcome in store.remember(payload):
             counts[outcome] += 1
     elif result.stage == "forget":
-        counts["forgotten"] += store.forget(user, match=result.forget_match, ts=int(ts), reason="replay")
+        counts["forgotten"] += store.forget(line["user"], match=result.forget_match, ts=int(line["ts"]),
+                                            reason="replay")
 
 
 @main.command()
@@ -154,8 +237,8 @@ def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: co
 @click.option("--all", "include_all", is_flag=True, help="Include superseded, expired and pending ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> None:
-    """List stored memories (active ones unless --all)."""
-    with _open_store(db, readonly=True) as store:
+    """List stored memories (active ones unless --all), oldest first."""
+    with _open_store(db, readonly=True) as store, _db_errors(db):
         rows = store.memories(user, include_inactive=include_all)
     if as_json:
         click.echo(_dump(rows))
@@ -165,24 +248,47 @@ def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> Non
         click.echo(f"{m['id']:>6}  {m['user_id']:<16} {m['type']:<11} {m['content']}{state}")
 
 
+def _batch_item(raw: str, default_k: int, default_now: float | None) -> tuple[str, str, int, float | None]:
+    item = json.loads(raw)
+    if not isinstance(item, dict):
+        raise TypeError("not a JSON object")
+    user, query = clean_id(item.get("user")), item.get("query")
+    if user is None or not isinstance(query, str):
+        raise KeyError("user and query are required")
+    k = item.get("k")
+    k = default_k if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise TypeError(f"k must be a non-negative integer, not {k!r}")
+    now = item.get("now")
+    now = default_now if now is None else now
+    if now is not None and (isinstance(now, bool) or not isinstance(now, (int, float))):
+        raise TypeError(f"now must be epoch seconds, not {now!r}")
+    return user, query, k, None if now is None else float(now)
+
+
 @main.command()
 @db_option
 @rules_option
 @click.option("--user", default=None, help="Whose memories to search.")
-@click.option("--k", default=defaults.RECALL_K, show_default=True, help="How many memories at most.")
+@click.option("--k", default=defaults.RECALL_K, show_default=True, type=click.IntRange(min=0),
+              help="How many memories at most.")
 @click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
-@click.option("--budget", default=defaults.RECALL_BUDGET_CHARS, show_default=True, help="Character budget.")
+@click.option("--budget", default=defaults.RECALL_BUDGET_CHARS, show_default=True, type=click.IntRange(min=1),
+              help="Character budget of the memory lines.")
 @click.option("--batch", type=click.File("r", encoding="utf-8"), default=None,
-              help='JSON lines {"user", "query", "k", "now"}; prints one JSON array per line.')
+              help='JSON lines {"user", "query", "k", "now"} (k and now optional); prints one JSON array '
+                   "per line, in order.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.argument("query", required=False)
 def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now: float | None, budget: int,
            batch, as_json: bool, query: str | None) -> None:
     """Rank a user's memories for QUERY, as the middleware would (read-only: hits are not counted)."""
-    funnel = Funnel(_load_rules(rules_paths))
     if batch is None and (user is None or query is None):
         raise click.UsageError("give --user and QUERY, or --batch FILE")
-    with _open_store(db, readonly=True) as store:
+    if batch is not None and (user is not None or query is not None):
+        raise click.UsageError("--batch FILE replaces --user and QUERY; give one or the other")
+    funnel = Funnel(_load_rules(rules_paths))
+    with _open_store(db, readonly=True) as store, _db_errors(db):
         def ranked(u: str, q: str, kk: int, clock: float | None) -> list[dict]:
             return score(store.memories(u), q, now=clock, config=RecallConfig(k=kk, budget=budget),
                          recall_all=funnel.is_recall_all(q))
@@ -199,11 +305,10 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now:
             if not raw.strip():
                 continue
             try:
-                item = json.loads(raw)
-                click.echo(_dump(ranked(str(item["user"]), str(item["query"]), int(item.get("k", k)),
-                                        item.get("now", now))))
+                item = _batch_item(raw, k, now)
             except (ValueError, KeyError, TypeError) as exc:
                 raise click.ClickException(f"--batch line {number}: not a {{user, query}} record ({exc})") from exc
+            click.echo(_dump(ranked(*item)))
 
 
 @main.command()
@@ -212,7 +317,7 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now:
 @click.option("--match", default=None, help="Only memories matching this text (default: all of them).")
 def forget(db: str, user: str, match: str | None) -> None:
     """Physically delete a user's memories (all, or those matching --match)."""
-    with _open_store(db, readonly=False) as store:
+    with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
         count = store.forget(user, match=match, ts=int(time.time()), reason="cli")
     click.echo(f"deleted {count} memories of {user}")
 
@@ -225,14 +330,20 @@ def rules() -> None:
 @rules.command("check")
 @click.argument("paths", nargs=-1)
 def rules_check(paths: tuple[str, ...]) -> None:
-    """Validate rule files (default: the shipped ones); list every problem and exit 1 if any."""
-    problems = check_rules(list(paths) or None)
-    if problems:
-        for problem in problems:
+    """Validate rule files or folders (default: the shipped ones).
+
+    Lists every problem as file:line: rule id: problem and exits 1 if there is any.
+    """
+    try:
+        rule_set = load_rules(list(paths) or None)
+    except RulesError as exc:
+        for problem in exc.problems:
             click.echo(problem, err=True)
-        raise SystemExit(1)
-    rule_set = load_rules(list(paths) or None)
+        count = len(exc.problems)
+        raise click.ClickException(f"{count} problem{'s' if count != 1 else ''} in the rules") from exc
     click.echo(f"ok: {len(rule_set.files)} files, {len(rule_set.triggers)} triggers")
+    for path in rule_set.paths:
+        click.echo(f"  {path}")
 
 
 @rules.command("test")
@@ -242,14 +353,15 @@ def rules_check(paths: tuple[str, ...]) -> None:
 def rules_test(rules_paths: tuple[str, ...], as_json: bool, text: str) -> None:
     """Show which gate passed or stopped TEXT, and the memory it would store."""
     result = Funnel(_load_rules(rules_paths)).process(text)
+    forget_info = {"scope": result.forget_scope, "match": result.forget_match} if result.stage == "forget" else None
     if as_json:
         click.echo(_dump({"stage": result.stage, "trace": result.trace,
-                          "candidates": [c.as_dict() for c in result.candidates],
-                          "forget": {"scope": result.forget_scope, "match": result.forget_match}
-                          if result.stage == "forget" else None}))
+                          "candidates": [c.as_dict() for c in result.candidates], "forget": forget_info}))
         return
     for gate, outcome in result.trace:
         click.echo(f"{gate:<10} {outcome}")
     click.echo(f"result     {result.stage}")
     for c in result.candidates:
         click.echo(f"memory     type={c.type} key={c.key} polarity={c.polarity:+d} summary={c.content}")
+    if forget_info is not None:
+        click.echo(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")

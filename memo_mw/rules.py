@@ -13,7 +13,6 @@ backtracking costs a bounded amount of time and is logged, never hangs a request
 
 from __future__ import annotations
 
-import importlib.resources
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,12 +37,35 @@ _GATE_KEYS = {"id", "pattern", "reason", "scope", "examples"}
 
 
 class _LineLoader(yaml.SafeLoader):
-    """A safe YAML loader that remembers the line of every mapping, for error messages."""
+    """A safe YAML loader that remembers lines, for error messages.
+
+    Every mapping gets ``__line__`` (where it starts) and ``__lines__`` (the line of each
+    key); a key given twice in one mapping, which plain YAML silently resolves to the
+    last value, is recorded in ``duplicate_keys``.
+    """
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.duplicate_keys: list[tuple[int, str, str | None]] = []
 
     def construct_mapping(self, node, deep=False):
+        lines: dict[Any, int] = {}
+        if isinstance(node, yaml.MappingNode):
+            owner = next((v.value for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "id"
+                          and isinstance(v, yaml.ScalarNode)), None)
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    key = self.construct_object(key_node)
+                    if key in lines:
+                        self.duplicate_keys.append((key_node.start_mark.line + 1, str(key), owner))
+                    lines.setdefault(key, key_node.start_mark.line + 1)
         mapping = super().construct_mapping(node, deep=deep)
         mapping["__line__"] = node.start_mark.line + 1
+        mapping["__lines__"] = lines
         return mapping
+
+
+_META_KEYS = {"__line__", "__lines__"}
 
 
 @dataclass(frozen=True)
@@ -109,15 +131,22 @@ class RuleSet:
 def default_rule_paths() -> list[str]:
     """The shipped rules: ``rules/zh.yaml`` and ``rules/en.yaml``.
 
-    In a source checkout (or an editable install) they are read from the top-level
-    ``rules/`` folder; an installed wheel carries them as ``memo_mw.default_rules``.
+    An installed wheel carries them in the folder ``memo_mw/default_rules`` (the package
+    ``memo_mw.default_rules``, mapped from ``rules/`` by ``package_dir``); in a source
+    checkout (or an editable install) they are read from the top-level ``rules/`` folder.
+
+    The folder has no ``__init__.py``, so ``importlib.resources.files()`` gives a
+    ``MultiplexedPath`` whose ``str()`` is not a path: the folder is located on disk instead.
     """
-    source_tree = Path(__file__).resolve().parent.parent / "rules"
-    if (source_tree / "zh.yaml").is_file():
-        folder = source_tree
-    else:
-        folder = Path(str(importlib.resources.files("memo_mw.default_rules")))
-    return [str(folder / name) for name in defaults.DEFAULT_RULE_FILES]
+    here = Path(__file__).resolve().parent
+    candidates = [here / "default_rules", here.parent / "rules"]
+    for folder in candidates:
+        if all((folder / name).is_file() for name in defaults.DEFAULT_RULE_FILES):
+            return [str(folder / name) for name in defaults.DEFAULT_RULE_FILES]
+    raise RulesError([
+        f"the default rule files ({', '.join(defaults.DEFAULT_RULE_FILES)}) are missing: looked in "
+        f"{' and '.join(str(c) for c in candidates)}; reinstall memo-mw or pass your own rules"
+    ])
 
 
 def load_rules(paths: str | Sequence[str] | None = None) -> RuleSet:
@@ -165,57 +194,90 @@ def _expand(paths: str | Sequence[str] | None) -> list[str]:
     return out
 
 
+_NEAR_ID = regex.compile(r"""^\s*(?:-\s*)?id\s*:\s*['"]?([^'"\s#]+)""")
+
+
+def _nearest_id(text: str, line: int) -> str | None:
+    """The id of the rule written at or above ``line`` (1-based), to name it in a YAML syntax error."""
+    lines = text.splitlines()[:line]
+    for raw in reversed(lines):
+        match = _NEAR_ID.match(raw)
+        if match:
+            return match.group(1)
+    return None
+
+
 def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> RuleFile | None:
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.load(fh, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+            text = fh.read()
     except OSError as exc:
         problems.append(f"{path}: cannot read: {exc.strerror or exc}")
         return None
+    except UnicodeDecodeError as exc:
+        problems.append(f"{path}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return None
+    loader = _LineLoader(text)
+    try:
+        data = loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
-        problems.append(f"{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}")
+        # The rule being written where the broken construct began (a "[" never closed...).
+        start = context_mark or mark
+        near = _nearest_id(text, start.line + 1) if start else None
+        detail = f" ({context} that started at line {context_mark.line + 1})" if context and context_mark else ""
+        problems.append(f"{where}: {near + ': ' if near else ''}invalid YAML: "
+                        f"{getattr(exc, 'problem', None) or exc}{detail}")
         return None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
-        problems.append(f"{path}: the file must be a mapping of rule sections")
+        problems.append(f"{path}:1: the file must be a mapping of rule sections, not {type(data).__name__}")
         return None
 
-    def report(node: Any, rule_id: str | None, problem: str) -> None:
-        line = node.get("__line__") if isinstance(node, dict) else None
+    def report(node: Any, rule_id: str | None, problem: str, key: str | None = None) -> None:
+        line = None
+        if isinstance(node, dict):
+            line = (node.get("__lines__") or {}).get(key) if key is not None else None
+            line = line or node.get("__line__")
         where = f"{path}:{line}" if line else path
         problems.append(f"{where}: {rule_id + ': ' if rule_id else ''}{problem}")
 
-    for key in sorted(set(data) - _TOP_KEYS - {"__line__"}):
-        report(data, None, f"unknown section {key!r}")
+    for line, key, owner in loader.duplicate_keys:
+        problems.append(f"{path}:{line}: {owner + ': ' if owner else ''}key {key!r} given twice "
+                        "(YAML would silently keep the last one)")
+    for key in sorted(set(data) - _TOP_KEYS - _META_KEYS, key=str):
+        report(data, None, f"unknown section {key!r} (known: {', '.join(sorted(_TOP_KEYS))})", key=key)
     language = data.get("language", Path(path).stem)
     rule_file = RuleFile(
         path=path,
         language=str(language),
         max_length=_positive_int(data, "max_length", defaults.MAX_MESSAGE_CHARS, report),
         max_capture=_positive_int(data, "max_capture", defaults.MAX_CAPTURE_CHARS, report),
-        trailing=tuple(str(t) for t in _list(data, "trailing", report)),
+        trailing=tuple(str(t) for t in _list(data, "trailing", report) if t is not None and str(t)),
     )
     for i, pattern in enumerate(_list(data, "fillers", report)):
-        compiled = _compile(pattern, f"fillers[{i}]", data, report)
+        compiled = _compile(pattern, f"fillers[{i}]", data, report, key="fillers")
         if compiled is not None:
             rule_file.fillers.append(compiled)
     pronouns = data.get("pronouns") or {}
     if not isinstance(pronouns, dict):
-        report(data, None, "pronouns must be a mapping of word: replacement")
+        report(data, None, "pronouns must be a mapping of word: replacement", key="pronouns")
     else:
         for word, repl in pronouns.items():
-            if word == "__line__":
+            if word in _META_KEYS:
                 continue
             rule_file.pronouns.append((regex.compile(rf"(?i)(?<!\w){regex.escape(str(word))}(?!\w)"), str(repl)))
 
     for section in ("negative", "sensitive", "forget", "recall_all"):
-        for node in _list(data, section, report):
-            gate = _gate(node, section, path, report, seen_ids)
+        for index, node in enumerate(_list(data, section, report)):
+            gate = _gate(node, section, index, data, path, report, seen_ids)
             if gate is not None:
                 getattr(rule_file, section).append(gate)
-    for node in _list(data, "triggers", report):
-        trigger = _trigger(node, rule_file, report, seen_ids)
+    for index, node in enumerate(_list(data, "triggers", report)):
+        trigger = _trigger(node, index, data, rule_file, report, seen_ids)
         if trigger is not None:
             rule_file.triggers.append(trigger)
     return rule_file
@@ -226,7 +288,7 @@ def _list(data: dict, key: str, report) -> list:
     if value is None:
         return []
     if not isinstance(value, list):
-        report(data, None, f"{key} must be a list")
+        report(data, None, f"{key} must be a list", key=key)
         return []
     return value
 
@@ -234,44 +296,47 @@ def _list(data: dict, key: str, report) -> list:
 def _positive_int(data: dict, key: str, default: int, report) -> int:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        report(data, None, f"{key} must be a positive integer, not {value!r}")
+        report(data, None, f"{key} must be a positive integer, not {value!r}", key=key)
         return default
     return value
 
 
-def _compile(pattern: Any, rule_id: str, node: Any, report) -> regex.Pattern | None:
+def _compile(pattern: Any, rule_id: str, node: Any, report, key: str = "pattern") -> regex.Pattern | None:
     if not isinstance(pattern, str) or not pattern:
-        report(node, rule_id, "pattern must be a non-empty string")
+        report(node, rule_id, f"pattern must be a non-empty string, not {pattern!r}", key=key)
         return None
     try:
         return regex.compile(pattern, regex.V0 | regex.IGNORECASE)
     except regex.error as exc:
-        report(node, rule_id, f"pattern does not compile: {exc}")
+        report(node, rule_id, f"pattern does not compile: {exc}", key=key)
         return None
 
 
-def _rule_id(node: Any, section: str, report, seen_ids: dict[str, str], path: str) -> str | None:
+def _rule_id(node: Any, section: str, index: int, data: dict, report, seen_ids: dict[str, str],
+             path: str) -> str | None:
+    position = f"{section}[{index}]"
     if not isinstance(node, dict):
-        report(None, None, f"every entry of {section} must be a mapping, not {node!r}")
+        report(data, position, f"every entry of {section} must be a mapping, not {node!r}", key=section)
         return None
     rule_id = node.get("id")
-    if not isinstance(rule_id, str) or not rule_id:
-        report(node, None, f"an entry of {section} has no id")
+    if not isinstance(rule_id, str) or not rule_id.strip():
+        report(node, position, f"an entry of {section} has no id" if rule_id is None
+               else f"id must be a non-empty string, not {rule_id!r}", key="id")
         return None
     if rule_id in seen_ids:
-        report(node, rule_id, f"duplicate id (first defined in {seen_ids[rule_id]})")
+        report(node, rule_id, f"duplicate id (first defined in {seen_ids[rule_id]})", key="id")
         return None
-    seen_ids[rule_id] = path
+    seen_ids[rule_id] = f"{path}:{node.get('__line__')}"
     return rule_id
 
 
 def _unknown_keys(node: dict, allowed: set[str], rule_id: str, report) -> None:
-    for key in sorted(set(node) - allowed - {"__line__"}):
-        report(node, rule_id, f"unknown key {key!r}")
+    for key in sorted(set(node) - allowed - _META_KEYS, key=str):
+        report(node, rule_id, f"unknown key {key!r} (known: {', '.join(sorted(allowed))})", key=key)
 
 
-def _gate(node: Any, section: str, path: str, report, seen_ids) -> Gate | None:
-    rule_id = _rule_id(node, section, report, seen_ids, path)
+def _gate(node: Any, section: str, index: int, data: dict, path: str, report, seen_ids) -> Gate | None:
+    rule_id = _rule_id(node, section, index, data, report, seen_ids, path)
     if rule_id is None:
         return None
     _unknown_keys(node, _GATE_KEYS, rule_id, report)
@@ -279,21 +344,22 @@ def _gate(node: Any, section: str, path: str, report, seen_ids) -> Gate | None:
     scope = node.get("scope", "all" if section == "forget" else "sentence")
     if section == "forget":
         if scope not in FORGET_SCOPES:
-            report(node, rule_id, f"scope must be one of {', '.join(FORGET_SCOPES)}, not {scope!r}")
+            report(node, rule_id, f"scope must be one of {', '.join(FORGET_SCOPES)}, not {scope!r}", key="scope")
             return None
         if pattern is not None and scope == "match" and "what" not in pattern.groupindex:
-            report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)")
+            report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)",
+                   key="pattern")
             return None
     elif scope not in ("sentence", "message"):
-        report(node, rule_id, f"scope must be 'sentence' or 'message', not {scope!r}")
+        report(node, rule_id, f"scope must be 'sentence' or 'message', not {scope!r}", key="scope")
         return None
     if pattern is None:
         return None
     return Gate(id=rule_id, pattern=pattern, reason=str(node.get("reason", section)), scope=scope, source=path)
 
 
-def _trigger(node: Any, rule_file: RuleFile, report, seen_ids) -> Trigger | None:
-    rule_id = _rule_id(node, "triggers", report, seen_ids, rule_file.path)
+def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, seen_ids) -> Trigger | None:
+    rule_id = _rule_id(node, "triggers", index, data, report, seen_ids, rule_file.path)
     if rule_id is None:
         return None
     _unknown_keys(node, _TRIGGER_KEYS, rule_id, report)
@@ -301,30 +367,32 @@ def _trigger(node: Any, rule_file: RuleFile, report, seen_ids) -> Trigger | None
     pattern = _compile(node.get("pattern"), rule_id, node, report)
     mem_type = node.get("type")
     if mem_type not in MEMORY_TYPES:
-        report(node, rule_id, f"type must be one of {', '.join(MEMORY_TYPES)}, not {mem_type!r}")
+        report(node, rule_id, f"type must be one of {', '.join(MEMORY_TYPES)}, not {mem_type!r}", key="type")
         ok = False
     polarity = node.get("polarity", 1)
-    if polarity not in (1, -1) or isinstance(polarity, bool):
-        report(node, rule_id, f"polarity must be 1 or -1, not {polarity!r}")
+    # An int, and only 1 or -1: 1.0 and true compare equal to 1 but are not polarities.
+    if isinstance(polarity, bool) or not isinstance(polarity, int) or polarity not in (1, -1):
+        report(node, rule_id, f"polarity must be 1 or -1, not {polarity!r}", key="polarity")
         ok = False
     confidence = node.get("confidence", defaults.DEFAULT_CONFIDENCE)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence <= 1:
-        report(node, rule_id, f"confidence must be a number in (0, 1], not {confidence!r}")
+        report(node, rule_id, f"confidence must be a number in (0, 1], not {confidence!r}", key="confidence")
         ok = False
     ttl = node.get("ttl_days")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0):
-        report(node, rule_id, f"ttl_days must be a positive number, not {ttl!r}")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < 1e6):
+        report(node, rule_id, f"ttl_days must be a positive number, not {ttl!r}", key="ttl_days")
         ok = False
     summary = node.get("summary")
     key = node.get("key", "{what}")
     for name, template in (("summary", summary), ("key", key)):
         if not isinstance(template, str) or not template.strip():
-            report(node, rule_id, f"{name} must be a non-empty template string")
+            report(node, rule_id, f"{name} must be a non-empty template string", key=name)
             ok = False
         elif pattern is not None:
             for field_name in _template_fields(template, name, rule_id, node, report):
                 if field_name not in pattern.groupindex:
-                    report(node, rule_id, f"{name} uses {{{field_name}}} but the pattern has no group (?P<{field_name}>...)")
+                    report(node, rule_id, f"{name} uses {{{field_name}}} but the pattern has no group "
+                           f"(?P<{field_name}>...)", key=name)
                     ok = False
     if pattern is None or not ok:
         return None
@@ -339,9 +407,9 @@ def _template_fields(template: str, name: str, rule_id: str, node, report) -> It
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        report(node, rule_id, f"{name} is not a valid template: {exc}")
+        report(node, rule_id, f"{name} is not a valid template: {exc}", key=name)
         return []
     for _, field_name, spec, _ in parsed:
         if field_name is not None and spec not in ("", "3sg"):
-            report(node, rule_id, f"{name} uses an unknown format spec {spec!r} (known: 3sg)")
+            report(node, rule_id, f"{name} uses an unknown format spec {spec!r} (known: 3sg)", key=name)
     return [f for _, f, _, _ in parsed if f is not None]
