@@ -86,13 +86,18 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Databas
         raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
 
 
-def row_to_memory(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as the public memory dict: JSON columns decoded, ``active`` a bool."""
-    memory = {name: row.get(name) for name in MEMORY_COLUMNS}
+_SELECT = f"select {', '.join(MEMORY_COLUMNS)} from memories"
+
+
+def row_to_memory(row: dict[str, Any] | tuple) -> dict[str, Any]:
+    """A row (a dict, or a tuple in MEMORY_COLUMNS order) as the public memory dict:
+    JSON columns decoded, ``active`` a bool."""
+    memory = dict(zip(MEMORY_COLUMNS, row)) if isinstance(row, tuple) else {n: row.get(n) for n in MEMORY_COLUMNS}
     memory["active"] = bool(memory["active"])
     memory["polarity"] = int(memory["polarity"])
     for name in ("source_ids", "topics"):
-        memory[name] = json.loads(memory[name] or "[]")
+        value = memory[name]
+        memory[name] = json.loads(value) if value and value != "[]" else []
     return memory
 
 
@@ -122,12 +127,12 @@ class Store:
             args.append(user_id)
         if not include_inactive:
             where.append("active = 1")
-        rows = self.db["memories"].rows_where(" and ".join(where) or None, args, order_by="id")
-        return [row_to_memory(r) for r in rows]
+        sql = _SELECT + (" where " + " and ".join(where) if where else "") + " order by id"
+        return [row_to_memory(r) for r in self.db.execute(sql, args).fetchall()]
 
     def get(self, memory_id: int) -> dict[str, Any] | None:
-        rows = list(self.db["memories"].rows_where("id = ?", [memory_id]))
-        return row_to_memory(rows[0]) if rows else None
+        row = self.db.execute(_SELECT + " where id = ?", [memory_id]).fetchone()
+        return row_to_memory(row) if row else None
 
     def users(self) -> list[str]:
         return [r["user_id"] for r in self.db.query("select distinct user_id from memories order by user_id")]

@@ -6,6 +6,7 @@ stemming) and overlapping character bigrams (plus single characters) for CJK tex
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import unicodedata
 
@@ -62,8 +63,12 @@ def stem(word: str) -> str:
     return word
 
 
-def tokens(text: str) -> set[str]:
-    """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams."""
+@functools.lru_cache(maxsize=65536)
+def tokens(text: str) -> frozenset[str]:
+    """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams.
+
+    Cached: recall tokenises the same memory lines on every request.
+    """
     text = nfkc(text).casefold()
     out: set[str] = set()
     for word in _LATIN_WORD.findall(text):
@@ -74,7 +79,7 @@ def tokens(text: str) -> set[str]:
     for run in _HAN_RUN.findall(text):
         out.update(c for c in run if c not in HAN_STOP)
         out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
-    return out
+    return frozenset(out)
 
 
 def stable_id(*parts: object) -> str:
