@@ -219,16 +219,16 @@ def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: co
         return
     result = funnel.process(line["text"])
     counts[result.stage] += 1
-    if result.captured:
-        # The payload the middleware would enqueue for this message (its ts is the job's
-        # time key there too), applied as the worker's job would apply it.
+    # The jobs the middleware would enqueue for this message, in the same order (its ts is
+    # the job's time key there too), applied as the worker would apply them.
+    if result.stage == "forget":
+        counts["forgotten"] += store.forget(line["user"], match=result.forget_match, ts=int(line["ts"]),
+                                            reason="replay")
+    if result.candidates:
         payload = remember_payload(result, user_id=line["user"], session_id=line["session"], ts=line["ts"],
                                    message_id=line["id"], time_key=line["ts"])
         for outcome in store.remember(payload):
             counts[outcome] += 1
-    elif result.stage == "forget":
-        counts["forgotten"] += store.forget(line["user"], match=result.forget_match, ts=int(line["ts"]),
-                                            reason="replay")
 
 
 @main.command()

@@ -153,28 +153,30 @@ class Store:
                 return ["duplicate_job"]
             outcomes = [self._remember_one(payload, c) for c in payload.get("candidates", [])]
             if job_key:
-                self.db["processed_jobs"].insert({"job_key": job_key, "processed_at": int(payload["ts"])})
+                self.db.execute("insert into processed_jobs (job_key, processed_at) values (?, ?)",
+                                [job_key, int(payload["ts"])])
         return outcomes
 
     def _remember_one(self, payload: dict[str, Any], candidate: dict[str, Any]) -> str:
+        # Plain SQL on the connection sqlite-utils holds: this runs once per captured
+        # message, and replay imports thousands of them a second.
         user_id, ts = payload["user_id"], int(payload["ts"])
-        table = self.db["memories"]
         message_ids = [str(payload["message_id"])] if payload.get("message_id") is not None else []
-        same_slot = list(table.rows_where(
-            "user_id = ? and key = ? and active = 1", [user_id, candidate["key"]], order_by="id"))
+        same_slot = [row_to_memory(r) for r in self.db.execute(
+            _SELECT + " where user_id = ? and key = ? and active = 1 order by id", [user_id, candidate["key"]])]
         for row in same_slot:
             if row["polarity"] == candidate["polarity"] and normalize(row["content"]) == normalize(candidate["content"]):
-                ids = json.loads(row["source_ids"] or "[]")
-                ids.extend(i for i in message_ids if i not in ids)
-                table.update(row["id"], {
+                ids = row["source_ids"] + [i for i in message_ids if i not in row["source_ids"]]
+                self._update(row["id"], {
                     "hits": row["hits"] + 1,
-                    "confidence": min(1.0, max(row["confidence"], candidate["confidence"]) + defaults.CONFIDENCE_STEP),
+                    "confidence": round(min(1.0, max(row["confidence"], candidate["confidence"])
+                                            + defaults.CONFIDENCE_STEP), 3),
                     "excerpt": candidate["excerpt"], "source_session": payload.get("session_id"),
                     "source_ts": ts, "source_ids": json.dumps(ids), "updated_at": ts,
                     "expires_at": _expiry(candidate, ts) or row["expires_at"],
                 })
                 return "merged"
-        new_id = table.insert({
+        values = {
             "user_id": user_id, "type": candidate["type"], "key": candidate["key"],
             "polarity": candidate["polarity"], "content": candidate["content"],
             "excerpt": candidate["excerpt"], "source_session": payload.get("session_id"),
@@ -184,12 +186,19 @@ class Store:
             "expires_at": _expiry(candidate, ts), "rule_id": candidate.get("rule_id"),
             "topics": json.dumps(candidate.get("topics", [])), "superseded_by": None,
             "language": candidate.get("language"),
-        }).last_pk
+        }
+        new_id = self.db.execute(
+            f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
+            list(values.values())).lastrowid
         # A newer statement on the same slot wins: the opposite polarity ("不喜欢" after
         # "喜欢") or a new value for the slot ("lives in Paris" after "lives in Berlin").
         for row in same_slot:
-            table.update(row["id"], {"status": "superseded", "active": 0, "superseded_by": new_id, "updated_at": ts})
+            self._update(row["id"], {"status": "superseded", "active": 0, "superseded_by": new_id, "updated_at": ts})
         return "superseded" if same_slot else "stored"
+
+    def _update(self, memory_id: int, values: dict[str, Any]) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        self.db.execute(f"update memories set {assignments} where id = ?", [*values.values(), memory_id])
 
     def touch(self, user_id: str, ids: Iterable[int], ts: int) -> int:
         """Count a recall of these memories (hotness) and refresh ``last_accessed`` (recency)."""
