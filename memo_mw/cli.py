@@ -26,7 +26,7 @@ from .exceptions import MemoError, RulesError
 from .funnel import STAGES, Funnel
 from .pipeline import remember_payload
 from .recall import RecallConfig, score
-from .rules import load_rules
+from .rules import example_problems, load_rules
 from .store import Store
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -336,11 +336,14 @@ def rules_check(paths: tuple[str, ...]) -> None:
     """
     try:
         rule_set = load_rules(list(paths) or None)
+        problems = example_problems(rule_set)
     except RulesError as exc:
-        for problem in exc.problems:
+        problems, rule_set = exc.problems, None
+    if problems:
+        for problem in problems:
             click.echo(problem, err=True)
-        count = len(exc.problems)
-        raise click.ClickException(f"{count} problem{'s' if count != 1 else ''} in the rules") from exc
+        count = len(problems)
+        raise click.ClickException(f"{count} problem{'s' if count != 1 else ''} in the rules")
     click.echo(f"ok: {len(rule_set.files)} files, {len(rule_set.triggers)} triggers")
     for path in rule_set.paths:
         click.echo(f"  {path}")

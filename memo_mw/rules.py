@@ -17,7 +17,7 @@ import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import regex
 import yaml
@@ -67,6 +67,10 @@ class _LineLoader(yaml.SafeLoader):
 
 _META_KEYS = {"__line__", "__lines__"}
 
+#: A rule's ``examples``: sentences its pattern must match, and must not match, with the line
+#: of the rule for error messages. Checked by ``memo-mw rules check``, not at start-up.
+Examples = Optional[tuple[tuple[str, ...], tuple[str, ...], Optional[int]]]
+
 
 @dataclass(frozen=True)
 class Trigger:
@@ -82,6 +86,7 @@ class Trigger:
     ttl_days: float | None
     language: str
     source: str
+    examples: Examples = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class Gate:
     reason: str
     scope: str
     source: str
+    examples: Examples = None
 
 
 @dataclass
@@ -169,12 +175,12 @@ def load_rules(paths: str | Sequence[str] | None = None) -> RuleSet:
 
 
 def check_rules(paths: str | Sequence[str] | None = None) -> list[str]:
-    """Every problem in the given rule files, as strings; an empty list means valid."""
+    """Every problem in the given rule files, as strings, examples included; empty means valid."""
     try:
-        load_rules(paths)
+        rules = load_rules(paths)
     except RulesError as exc:
         return list(exc.problems)
-    return []
+    return example_problems(rules)
 
 
 def _expand(paths: str | Sequence[str] | None) -> list[str]:
@@ -256,8 +262,12 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
         language=str(language),
         max_length=_positive_int(data, "max_length", defaults.MAX_MESSAGE_CHARS, report),
         max_capture=_positive_int(data, "max_capture", defaults.MAX_CAPTURE_CHARS, report),
-        trailing=tuple(str(t) for t in _list(data, "trailing", report) if t is not None and str(t)),
     )
+    for t in _list(data, "trailing", report):
+        if isinstance(t, str) and t:
+            rule_file.trailing += (t,)
+        else:
+            report(data, None, f"trailing entries must be non-empty strings, not {t!r} (quote it)", key="trailing")
     for i, pattern in enumerate(_list(data, "fillers", report)):
         compiled = _compile(pattern, f"fillers[{i}]", data, report, key="fillers")
         if compiled is not None:
@@ -269,7 +279,11 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
         for word, repl in pronouns.items():
             if word in _META_KEYS:
                 continue
-            rule_file.pronouns.append((regex.compile(rf"(?i)(?<!\w){regex.escape(str(word))}(?!\w)"), str(repl)))
+            word = str(word)
+            # A Latin word is replaced only as a whole word ("my", not "myth"); Chinese has no
+            # word boundaries, so a CJK entry is replaced wherever it occurs.
+            bounded = rf"(?<!\w){regex.escape(word)}(?!\w)" if word.isascii() else regex.escape(word)
+            rule_file.pronouns.append((regex.compile(bounded, regex.IGNORECASE), "" if repl is None else str(repl)))
 
     for section in ("negative", "sensitive", "forget", "recall_all"):
         for index, node in enumerate(_list(data, section, report)):
@@ -355,7 +369,8 @@ def _gate(node: Any, section: str, index: int, data: dict, path: str, report, se
         return None
     if pattern is None:
         return None
-    return Gate(id=rule_id, pattern=pattern, reason=str(node.get("reason", section)), scope=scope, source=path)
+    return Gate(id=rule_id, pattern=pattern, reason=str(node.get("reason", section)), scope=scope, source=path,
+                examples=_examples(node, rule_id, report))
 
 
 def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, seen_ids) -> Trigger | None:
@@ -399,8 +414,46 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
     return Trigger(
         id=rule_id, pattern=pattern, type=mem_type, polarity=polarity, summary=summary, key=key,
         confidence=float(confidence), ttl_days=float(ttl) if ttl is not None else None,
-        language=rule_file.language, source=rule_file.path,
+        language=rule_file.language, source=rule_file.path, examples=_examples(node, rule_id, report),
     )
+
+
+def _examples(node: dict, rule_id: str, report) -> Examples:
+    value = node.get("examples")
+    if value is None:
+        return None
+    lists = {}
+    if isinstance(value, dict):
+        for name in ("match", "no_match"):
+            items = value.get(name) or []
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                break
+            lists[name] = tuple(items)
+        else:
+            if not set(value) - _META_KEYS - {"match", "no_match"}:
+                return lists["match"], lists["no_match"], node.get("__line__")
+    report(node, rule_id, "examples must be {match: [sentences], no_match: [sentences]}", key="examples")
+    return None
+
+
+def example_problems(rules: RuleSet) -> list[str]:
+    """Examples a rule's pattern gets wrong, as ``file:line: rule id: problem`` strings."""
+    problems = []
+    for rule_file in rules.files:
+        rules_of_file = [*rule_file.triggers, *rule_file.negative, *rule_file.sensitive, *rule_file.forget,
+                         *rule_file.recall_all]
+        for rule in rules_of_file:
+            if rule.examples is None:
+                continue
+            should, should_not, line = rule.examples
+            where = f"{rule_file.path}:{line}" if line else rule_file.path
+            for sentence in should:
+                if rule.pattern.search(sentence, timeout=1.0) is None:
+                    problems.append(f"{where}: {rule.id}: example does not match: {sentence!r}")
+            for sentence in should_not:
+                if rule.pattern.search(sentence, timeout=1.0) is not None:
+                    problems.append(f"{where}: {rule.id}: no_match example matches: {sentence!r}")
+    return problems
 
 
 def _template_fields(template: str, name: str, rule_id: str, node, report) -> Iterable[str]:

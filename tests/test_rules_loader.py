@@ -331,3 +331,75 @@ def test_nested_quantifier_a_plus_plus_is_bounded_too(tmp_path, caplog):
     result = Funnel(load_rules(path)).process("a" * 40 + "b")
     assert result.stage == "no_trigger"
     assert time.perf_counter() - started < 20 * defaults.REGEX_TIMEOUT
+
+
+def test_rules_check_verifies_examples(tmp_path):
+    path = tmp_path / "ex.yaml"
+    path.write_text(
+        "language: en\n"
+        "triggers:\n"
+        "  - id: en.like\n"
+        "    pattern: '\\bI like (?P<what>\\w+)'\n"
+        "    type: preference\n"
+        "    summary: 'likes {what}'\n"
+        "    examples:\n"
+        "      match: ['I like tea', 'I love tea']\n"
+        "      no_match: ['I like', 'I like jazz']\n",
+        encoding="utf-8",
+    )
+    problems = check_rules([str(path)])
+    assert problems == [
+        f"{path}:3: en.like: example does not match: 'I love tea'",
+        f"{path}:3: en.like: no_match example matches: 'I like jazz'",
+    ]
+    load_rules([str(path)])  # examples are for `rules check`; they do not stop start-up
+
+
+def test_bad_examples_and_trailing_entries_are_reported(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "language: zh\n"
+        "trailing: [的, ~]\n"
+        "triggers:\n"
+        "  - id: zh.like\n"
+        "    pattern: '我喜欢(?P<what>.+)'\n"
+        "    type: preference\n"
+        "    summary: '喜欢{what}'\n"
+        "    examples: ['我喜欢茶']\n",
+        encoding="utf-8",
+    )
+    problems = "\n".join(check_rules([str(path)]))
+    assert f"{path}:2: trailing entries must be non-empty strings, not None" in problems
+    assert f"{path}:8: zh.like: examples must be {{match: [sentences], no_match: [sentences]}}" in problems
+
+
+def test_chinese_pronouns_are_replaced_without_word_boundaries(tmp_path):
+    path = tmp_path / "zh.yaml"
+    path.write_text(
+        "language: zh\n"
+        "pronouns: {我的: 自己的}\n"
+        "triggers:\n"
+        "  - {id: zh.like, pattern: '我喜欢(?P<what>.+)', type: preference, summary: '喜欢{what}'}\n",
+        encoding="utf-8",
+    )
+    (candidate,) = Funnel(load_rules([str(path)])).process("我喜欢我的猫").candidates
+    assert candidate.content == "喜欢自己的猫"
+
+
+def test_cli_rules_check_reports_failing_examples(tmp_path):
+    from click.testing import CliRunner
+
+    from memo_mw.cli import main
+
+    path = tmp_path / "ex.yaml"
+    path.write_text(
+        "language: en\n"
+        "triggers:\n"
+        "  - {id: en.like, pattern: '\\bI like (?P<what>\\w+)', type: preference, summary: 'likes {what}',\n"
+        "     examples: {match: ['I adore tea']}}\n",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(main, ["rules", "check", str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:3: en.like: example does not match: 'I adore tea'" in result.output
+    assert "1 problem in the rules" in result.output
