@@ -539,7 +539,12 @@ def test_rules_test_with_the_shipped_rules():
 # -- worker -----------------------------------------------------------------------------
 
 
-def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_dir, db):
+@pytest.mark.parametrize("command", [
+    pytest.param(lambda url: [MEMO_MW, "worker", "--burst", "--url", url], id="memo-mw-worker"),
+    pytest.param(lambda url: [os.path.join(os.path.dirname(MEMO_MW), "rq"), "worker", "--burst", "--url", url,
+                              "--serializer", "rq.serializers.JSONSerializer", "memo"], id="plain-rq-worker"),
+])
+def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_dir, db, command):
     def chat(environ, start_response):
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"ok"]
@@ -557,8 +562,7 @@ def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_d
     with Store(db) as store:
         assert store.memories("carol") == []  # nothing is written until a worker runs the job
 
-    proc = subprocess.run([MEMO_MW, "worker", "--burst", "--url", redis_url], capture_output=True, text=True,
-                          timeout=60, cwd=os.path.dirname(db))
+    proc = subprocess.run(command(redis_url), capture_output=True, text=True, timeout=60, cwd=os.path.dirname(db))
     assert proc.returncode == 0, proc.stderr
     assert queue.count == 0 and queue.finished_job_registry.count == 1 and queue.failed_job_registry.count == 0
     with Store(db) as store:
