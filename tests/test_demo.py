@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
+import json
+import threading
+
 from memo_mw.demo import create_app
 from memo_mw.recall import BLOCK_BEGIN
 
@@ -34,3 +38,42 @@ def test_demo_page_and_forgetting(tmp_path):
     assert post(client, "忘了我吧").json["reply"].startswith("Done")
     app.wsgi_app.queue.join()
     assert post(client, "这道菜放香菜吗").json["memories"] == []
+
+
+class _StandIn(http.server.BaseHTTPRequestHandler):
+    """A stand-in for an OpenAI-compatible server (no model runs here): it echoes the prompt."""
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        _StandIn.seen.append((self.path, body))
+        answer = {"choices": [{"message": {"role": "assistant", "content": "LLM saw: " + body["messages"][-1]["content"]}}]}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_demo_asks_an_openai_compatible_server_when_configured(tmp_path, monkeypatch):
+    _StandIn.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_port}/v1")
+        app = create_app(db=str(tmp_path / "memo.db"))
+        client = app.test_client()
+        post(client, "I like bossa nova")
+        app.wsgi_app.queue.join()
+        reply = post(client, "any bossa nova albums?").json["reply"]
+        assert reply.startswith("LLM saw: " + BLOCK_BEGIN) and "likes bossa nova" in reply
+        path, body = _StandIn.seen[-1]
+        assert path == "/v1/chat/completions" and body["messages"][0]["role"] == "system"
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The server is gone: the demo answers from memory instead of failing.
+    assert "- likes bossa nova" in post(client, "any bossa nova albums?").json["reply"]
