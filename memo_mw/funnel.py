@@ -192,24 +192,12 @@ class Funnel:
         # the language; a sentence's own negatives come from the file of the rule that matched,
         # so a Chinese question gate does not stop an English sentence.
         whole = self._gate_hit([g for g in self.rules.gates("negative") if g.scope == "message"], text)
-        kept = []
-        for hit in hits:
-            gate = whole or self._gate_hit([g for g in hit.rule_file.negative if g.scope == "sentence"],
-                                           hit.sentence)
-            if gate is None:
-                kept.append(hit)
-            else:
-                trace.append(("negative", f"{gate.id}: {gate.reason}"))
+        kept = self._pass(hits, "negative", trace, lambda hit: whole or self._gate_hit(
+            [g for g in hit.rule_file.negative if g.scope == "sentence"], hit.sentence))
         if not kept:
             return "negative", []
-
-        private = []
-        for hit in kept:
-            gate = self._gate_hit(self.rules.gates("sensitive"), hit.sentence)
-            if gate is None:
-                private.append(hit)
-            else:
-                trace.append(("sensitive", f"{gate.id}: {gate.reason}"))
+        private = self._pass(kept, "sensitive", trace,
+                             lambda hit: self._gate_hit(self.rules.gates("sensitive"), hit.sentence))
         if not private:
             return "sensitive", []
 
@@ -224,6 +212,18 @@ class Funnel:
         if not candidates:
             return "unusable", []
         return "captured", list(candidates.values())
+
+    @staticmethod
+    def _pass(hits: list[_Hit], stage: str, trace: list[tuple[str, str]], stopper) -> list[_Hit]:
+        """The hits no gate stops; ``stopper(hit)`` returns the stopping gate or None."""
+        passed = []
+        for hit in hits:
+            gate = stopper(hit)
+            if gate is None:
+                passed.append(hit)
+            else:
+                trace.append((stage, f"{gate.id}: {gate.reason}"))
+        return passed
 
     def _forget(self, text: str) -> tuple[Gate, str | None] | None:
         for gate in self.rules.gates("forget"):
