@@ -37,6 +37,7 @@ _SPLIT = regex.compile(
 # Edge punctuation, except the brackets of PII placeholders such as "[email]".
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
+_BLANKS = regex.compile(r"[^\S\n]+")
 _HAN = regex.compile(r"\p{Han}")
 _LATIN = regex.compile(r"\p{Latin}")
 # Rule files of these languages are skipped for sentences without their script.
@@ -125,6 +126,14 @@ class Funnel:
                         rule_id, len(text))
             return None
 
+    def _ruled_out(self, prefilter: regex.Pattern, sentence: str, path: str) -> bool:
+        """True when the file's joined triggers surely do not match; a timeout is not a no."""
+        try:
+            return prefilter.search(sentence, timeout=self.timeout) is None
+        except TimeoutError:
+            log.warning("memo-mw: the joined triggers of %s timed out; trying them one by one", path)
+            return False
+
     def _gate_hit(self, gates: list[Gate], text: str) -> Gate | None:
         for gate in gates:
             if self._search(gate.pattern, text, gate.id) is not None:
@@ -144,7 +153,8 @@ class Funnel:
                 text = filler.sub("", text, timeout=self.timeout)
             except TimeoutError:
                 log.warning("memo-mw: a filler pattern timed out; left the text as it was")
-        return _SPACES.sub(" ", text).strip()
+        # Runs of spaces become one; line breaks stay, as they end sentences.
+        return _BLANKS.sub(" ", text).strip()
 
     def sentences(self, text: str) -> list[str]:
         return [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
@@ -196,8 +206,10 @@ class Funnel:
             [g for g in hit.rule_file.negative if g.scope == "sentence"], hit.sentence))
         if not kept:
             return "negative", []
-        private = self._pass(kept, "sensitive", trace,
-                             lambda hit: self._gate_hit(self.rules.gates("sensitive"), hit.sentence))
+        sensitive = self.rules.gates("sensitive")
+        whole = self._gate_hit([g for g in sensitive if g.scope == "message"], text)
+        private = self._pass(kept, "sensitive", trace, lambda hit: whole or self._gate_hit(
+            [g for g in sensitive if g.scope == "sentence"], hit.sentence))
         if not private:
             return "sensitive", []
 
@@ -250,7 +262,7 @@ class Funnel:
                 if needed is not None and needed not in scripts:
                     continue  # a Chinese rule cannot match a sentence without Chinese characters
                 prefilter = self._prefilters[id(rule_file)]
-                if prefilter is not None and self._search(prefilter, sentence, rule_file.path) is None:
+                if prefilter is not None and self._ruled_out(prefilter, sentence, rule_file.path):
                     continue
                 hit = next((_Hit(sentence, t, m, rule_file) for t in rule_file.triggers
                             if (m := self._search(t.pattern, sentence, t.id)) is not None), None)

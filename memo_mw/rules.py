@@ -256,6 +256,9 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
                         "(YAML would silently keep the last one)")
     for key in sorted(set(data) - _TOP_KEYS - _META_KEYS, key=str):
         report(data, None, f"unknown section {key!r} (known: {', '.join(sorted(_TOP_KEYS))})", key=key)
+    if data.get("version", 1) != 1:
+        report(data, None, f"version {data.get('version')!r} is not supported (this memo-mw reads version 1)",
+               key="version")
     language = data.get("language", Path(path).stem)
     rule_file = RuleFile(
         path=path,
@@ -364,6 +367,12 @@ def _gate(node: Any, section: str, index: int, data: dict, path: str, report, se
             report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)",
                    key="pattern")
             return None
+    elif section == "recall_all":
+        if "scope" in node:
+            report(node, rule_id, "recall_all rules take no scope: they always read the whole message",
+                   key="scope")
+            return None
+        scope = "message"
     elif scope not in ("sentence", "message"):
         report(node, rule_id, f"scope must be 'sentence' or 'message', not {scope!r}", key="scope")
         return None

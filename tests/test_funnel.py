@@ -114,3 +114,30 @@ def test_catastrophic_pattern_is_bounded_and_logged(tmp_path, caplog):
 ])
 def test_third_person(phrase, expected):
     assert third_person(phrase) == expected
+
+
+def test_line_breaks_end_sentences(tmp_path):
+    result = funnel_of(tmp_path, en=EN).process("I like jazz\nI like   rain")
+    assert [c.content for c in result.candidates] == ["likes jazz", "likes rain"]
+
+
+def test_sensitive_gate_scope(tmp_path):
+    rules = EN.replace("    forget:", """    sensitive:
+      - {id: en.s.sentence, pattern: 'diagnosed'}
+      - {id: en.s.message, pattern: 'my therapist', scope: message}
+    forget:""")
+    funnel = funnel_of(tmp_path, en=rules)
+    assert [c.content for c in funnel.process("I was diagnosed last year. I like rain").candidates] == ["likes rain"]
+    assert funnel.process("My therapist says so. I like rain").stage == "sensitive"
+
+
+def test_a_timed_out_prefilter_falls_back_to_each_trigger(tmp_path, monkeypatch, caplog):
+    funnel = funnel_of(tmp_path, en=EN)
+
+    class Slow:
+        def search(self, *args, **kwargs):
+            raise TimeoutError
+
+    monkeypatch.setattr(funnel, "_prefilters", {k: Slow() for k in funnel._prefilters})
+    assert [c.content for c in funnel.process("I like jazz").candidates] == ["likes jazz"]
+    assert "trying them one by one" in caplog.text

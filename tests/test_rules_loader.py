@@ -403,3 +403,15 @@ def test_cli_rules_check_reports_failing_examples(tmp_path):
     assert result.exit_code == 1
     assert f"{path}:3: en.like: example does not match: 'I adore tea'" in result.output
     assert "1 problem in the rules" in result.output
+
+
+@pytest.mark.parametrize("text, problem", [
+    pytest.param("version: 2\ntriggers: []\n",
+                 "1: version 2 is not supported (this memo-mw reads version 1)", id="version"),
+    pytest.param("recall_all:\n  - {id: r.all, pattern: 'about me', scope: sentence}\n",
+                 "2: r.all: recall_all rules take no scope: they always read the whole message", id="recall-all-scope"),
+])
+def test_more_problems_reported(tmp_path, text, problem):
+    path = tmp_path / "r.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert check_rules([str(path)]) == [f"{path}:{problem}"]
