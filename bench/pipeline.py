@@ -96,7 +96,8 @@ def bench_request(n, folder):
     with Store(db) as store:
         for i in range(20):
             result = Funnel(middleware.rules).process(f"I like jazz album number {i}")
-            store.remember(remember_payload(result, user_id="u", session_id="s", ts=time.time() - i * 3600))
+            ts = time.time() - i * 3600
+            store.remember(remember_payload(result, user_id="u", session_id="s", ts=ts, message_id=None, time_key=ts))
     queries = ["any jazz albums for tonight?", "我不吃香菜，推荐个菜", "what's the weather like?", "I love bossa nova"]
 
     def timings(client):
@@ -132,7 +133,7 @@ def bench_replay(rows, folder):
         result = funnel.process(r["text"])
         if result.captured:
             store.remember(remember_payload(result, user_id=r["user"], session_id=r["session"], ts=r["ts"],
-                                            message_id=r.get("id")))
+                                            message_id=r.get("id"), time_key=r["ts"]))
     store.db.conn.execute("COMMIT")
     t_replay = time.perf_counter() - started
     print(f"replay      {len(lines) / t_replay:8.0f} lines/s   parse only {len(lines) / t_parse:8.0f} lines/s   "

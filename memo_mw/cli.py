@@ -22,11 +22,11 @@ import click
 
 from . import defaults
 from .adapters import clean_id
-from .exceptions import MemoError, RulesError
+from .exceptions import MemoError
 from .funnel import STAGES, Funnel
-from .pipeline import remember_payload
-from .recall import RecallConfig, score
-from .rules import example_problems, load_rules
+from .pipeline import Recaller, remember_payload
+from .recall import RecallConfig
+from .rules import check_rules, load_rules
 from .store import Store
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -96,9 +96,10 @@ def main() -> None:
 @click.option("--burst", is_flag=True, help="Quit when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: random).")
 def worker(url: str, queue_name: str, burst: bool, name: str | None) -> None:
-    """Run an rq worker for memo-mw's jobs (JSON serializer, the memo queue).
+    """Run an rq worker for memo-mw's jobs (JSON serializer, the memo queue, with rq's
+    scheduler so failed jobs are retried).
 
-    Same as: rq worker --url URL --serializer rq.serializers.JSONSerializer memo
+    Same as: rq worker --url URL --with-scheduler --serializer rq.serializers.JSONSerializer memo
     """
     import redis
     from rq import Worker
@@ -108,7 +109,8 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None) -> None:
         connection.ping()
     except (redis.RedisError, ValueError) as exc:
         raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
-    Worker([queue_name], connection=connection, serializer=defaults.SERIALIZER, name=name).work(burst=burst)
+    Worker([queue_name], connection=connection, serializer=defaults.SERIALIZER, name=name).work(
+        burst=burst, with_scheduler=True)
 
 
 @main.command()
@@ -288,10 +290,15 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now:
     if batch is not None and (user is not None or query is not None):
         raise click.UsageError("--batch FILE replaces --user and QUERY; give one or the other")
     funnel = Funnel(_load_rules(rules_paths))
-    with _open_store(db, readonly=True) as store, _db_errors(db):
+    with _open_store(db, readonly=True), _db_errors(db):  # a clear error for a bad --db first
+        recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
+
         def ranked(u: str, q: str, kk: int, clock: float | None) -> list[dict]:
-            return score(store.memories(u), q, now=clock, config=RecallConfig(k=kk, budget=budget),
-                         recall_all=funnel.is_recall_all(q))
+            # Exactly the middleware's recall, forget requests in the query included.
+            result = funnel.process(q)
+            return recaller.recall(u, q, now=time.time() if clock is None else clock,
+                                   forgetting=result if result.stage == "forget" else None,
+                                   config=RecallConfig(k=kk, budget=budget))
 
         if batch is None:
             rows = ranked(user, query, k, now)
@@ -334,16 +341,13 @@ def rules_check(paths: tuple[str, ...]) -> None:
 
     Lists every problem as file:line: rule id: problem and exits 1 if there is any.
     """
-    try:
-        rule_set = load_rules(list(paths) or None)
-        problems = example_problems(rule_set)
-    except RulesError as exc:
-        problems, rule_set = exc.problems, None
+    problems = check_rules(list(paths) or None)
     if problems:
         for problem in problems:
             click.echo(problem, err=True)
         count = len(problems)
         raise click.ClickException(f"{count} problem{'s' if count != 1 else ''} in the rules")
+    rule_set = load_rules(list(paths) or None)
     click.echo(f"ok: {len(rule_set.files)} files, {len(rule_set.triggers)} triggers")
     for path in rule_set.paths:
         click.echo(f"  {path}")

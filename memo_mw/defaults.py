@@ -56,9 +56,9 @@ SERIALIZER = "rq.serializers.JSONSerializer"
 #: hang on a sick Redis.
 REDIS_TIMEOUT = 0.5
 
-#: Seconds a finished job's id is kept, so a retried request (same user, summary and
-#: message time) does not make a second job.
-JOB_RESULT_TTL = 24 * 3600
+#: Seconds a failed job (and the masked memory text in its arguments) stays in Redis for
+#: inspection. A forget request removes the user's failed jobs at once.
+JOB_FAILURE_TTL = 7 * 86400
 
 #: SQLite busy timeout (milliseconds): writers wait for each other instead of failing.
 SQLITE_BUSY_TIMEOUT_MS = 5000

@@ -37,8 +37,8 @@ def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any
 
     @app.post("/chat")
     def chat():
-        body = request.get_json(silent=True) or {}
-        prompt = body.get("message", "")
+        body = request.get_json(silent=True)
+        prompt = body.get("message", "") if isinstance(body, dict) else ""
         memories = request.environ.get(ENVIRON_MEMORIES, [])
         stage = request.environ.get(ENVIRON_CAPTURE)
         reply = llm_reply(prompt) if os.environ.get("OPENAI_BASE_URL") else None

@@ -115,6 +115,14 @@ class Funnel:
         # most sentences (which trigger nothing) in a single search.
         self._fillers = [(_SCRIPT_OF.get(f.language), _union(f.fillers)) for f in rules.files if f.fillers]
         self._prefilters = {id(f): _union([t.pattern for t in f.triggers]) for f in rules.files}
+        # The gate lists each stage reads, sorted by scope once rather than per message.
+        by_scope = lambda gates, scope: [g for g in gates if g.scope == scope]  # noqa: E731
+        self._negative_message = by_scope(rules.gates("negative"), "message")
+        self._negative_sentence = {id(f): by_scope(f.negative, "sentence") for f in rules.files}
+        self._sensitive_message = by_scope(rules.gates("sensitive"), "message")
+        self._sensitive_sentence = by_scope(rules.gates("sensitive"), "sentence")
+        self._forget = rules.gates("forget")
+        self._recall_all = rules.gates("recall_all")
 
     # -- matching with a timeout -------------------------------------------------------
 
@@ -168,7 +176,7 @@ class Funnel:
             return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
         sentences = self.sentences(text)
 
-        forget = self._forget(text)
+        forget = self._forget_request(text)
         if forget is not None:
             gate, what = forget
             trace.append(("forget", f"{gate.id} ({gate.scope})"))
@@ -201,15 +209,14 @@ class Funnel:
         # Message-wide negatives (a translation request) and sensitive gates apply whatever
         # the language; a sentence's own negatives come from the file of the rule that matched,
         # so a Chinese question gate does not stop an English sentence.
-        whole = self._gate_hit([g for g in self.rules.gates("negative") if g.scope == "message"], text)
+        whole = self._gate_hit(self._negative_message, text)
         kept = self._pass(hits, "negative", trace, lambda hit: whole or self._gate_hit(
-            [g for g in hit.rule_file.negative if g.scope == "sentence"], hit.sentence))
+            self._negative_sentence[id(hit.rule_file)], hit.sentence))
         if not kept:
             return "negative", []
-        sensitive = self.rules.gates("sensitive")
-        whole = self._gate_hit([g for g in sensitive if g.scope == "message"], text)
+        whole = self._gate_hit(self._sensitive_message, text)
         private = self._pass(kept, "sensitive", trace, lambda hit: whole or self._gate_hit(
-            [g for g in sensitive if g.scope == "sentence"], hit.sentence))
+            self._sensitive_sentence, hit.sentence))
         if not private:
             return "sensitive", []
 
@@ -237,8 +244,8 @@ class Funnel:
                 trace.append((stage, f"{gate.id}: {gate.reason}"))
         return passed
 
-    def _forget(self, text: str) -> tuple[Gate, str | None] | None:
-        for gate in self.rules.gates("forget"):
+    def _forget_request(self, text: str) -> tuple[Gate, str | None] | None:
+        for gate in self._forget:
             match = self._search(gate.pattern, text, gate.id)
             if match is None:
                 continue
@@ -251,7 +258,7 @@ class Funnel:
 
     def is_recall_all(self, message: str) -> bool:
         """True for questions like "what do you remember about me": recall everything, not just matches."""
-        return self._gate_hit(self.rules.gates("recall_all"), nfkc(message or "")) is not None
+        return self._gate_hit(self._recall_all, nfkc(message or "")) is not None
 
     def _triggers(self, sentences: list[str]) -> list[_Hit]:
         hits = []
@@ -275,7 +282,7 @@ class Funnel:
         rule_file, trigger = hit.rule_file, hit.trigger
         values = {name: self._tidy(value or "", rule_file, particles=(name == "what"))
                   for name, value in hit.match.groupdict().items()}
-        if any(not values.get(name) for name in template_fields(trigger.summary)):
+        if any(not values.get(name) for name in trigger.summary_fields):
             return None  # a group the summary needs captured nothing
         if len(values.get("what", "")) > rule_file.max_capture:
             return None
@@ -315,14 +322,6 @@ class _TemplateFormatter(string.Formatter):
 
 
 _FORMATTER = _TemplateFormatter()
-TEMPLATE_SPECS = ("", "3sg")
-
-
-def template_fields(template: str) -> list[str]:
-    """The group names a summary or key template uses."""
-    return [name for _, name, _, _ in _FORMATTER.parse(template) if name]
-
-
 def render(template: str, values: dict[str, str]) -> str:
     """Render a rule's summary or key template."""
     return _FORMATTER.vformat(template, (), values)

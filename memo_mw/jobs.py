@@ -7,9 +7,13 @@ them: the worker needs nothing but this module and the file. Every job is idempo
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from .store import Store
+from .pipeline import REMEMBER
+from .store import Store, matches
+
+log = logging.getLogger(__name__)
 
 
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
@@ -25,6 +29,39 @@ def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
 
 
 def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "user request") -> int:
-    """Delete the user's memories, all or those matching ``match``, physically."""
+    """Delete the user's memories, all or those matching ``match``, physically.
+
+    Under rq, the user's ``remember`` jobs still waiting in Redis (queued, scheduled for a
+    retry, or failed) are deleted too: they hold the text being forgotten, and a queued
+    one would otherwise store it again.
+    """
     with Store(db) as store:
-        return store.forget(user_id, match=match, ts=ts, reason=reason)
+        count = store.forget(user_id, match=match, ts=ts, reason=reason)
+    purged = purge_waiting_jobs(user_id, match)
+    if purged:
+        log.info("memo-mw: forget removed %d waiting remember jobs of a user from Redis", purged)
+    return count
+
+
+def purge_waiting_jobs(user_id: str, match: str | None) -> int:
+    """Delete this user's waiting ``remember`` jobs from the queue the current rq job came from."""
+    from rq import Queue, get_current_job
+
+    current = get_current_job()
+    if current is None:  # the in-process thread: nothing waits in Redis
+        return 0
+    queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
+    waiting = {*queue.job_ids, *queue.scheduled_job_registry.get_job_ids(),
+               *queue.failed_job_registry.get_job_ids()}
+    purged = 0
+    for job_id in waiting:
+        job = queue.fetch_job(job_id)
+        if job is None or job.func_name != REMEMBER or len(job.args) < 2:
+            continue
+        payload = job.args[1]
+        if payload.get("user_id") != user_id:
+            continue
+        if match is None or any(matches(c, match) for c in payload.get("candidates", [])):
+            job.delete()
+            purged += 1
+    return purged

@@ -32,6 +32,7 @@ the middleware never turns a working request into a failing one.
 from __future__ import annotations
 
 import io
+import os
 import json
 import logging
 import time
@@ -64,7 +65,8 @@ class MemoryMiddleware:
     :param app: the WSGI application to wrap.
     :param rules: rule files or folders (``None``: the shipped ``rules/zh.yaml`` and
         ``rules/en.yaml``), or an already loaded :class:`~memo_mw.rules.RuleSet`.
-    :param db: path of the SQLite file (created, with its folder, when missing).
+    :param db: path of the SQLite file (created, with its folder, when missing); a relative
+        path is made absolute here, as the worker may run in another folder.
     :param redis_url: Redis for the job queue; ``None`` runs jobs on an in-process
         thread (the embedded default, for demos and single-process apps).
     :param paths: request paths read on ``POST`` (one path may be given as a string);
@@ -105,7 +107,8 @@ class MemoryMiddleware:
         self.app = app
         self.rules = rules if isinstance(rules, RuleSet) else load_rules(rules)
         self.funnel = Funnel(self.rules)
-        self.db = str(db)
+        # Absolute: the path travels in the jobs, and the worker may run in another folder.
+        self.db = os.path.abspath(db)
         # Create the file and schema now, at start-up: the request path only reads.
         Store(self.db).close()
         self.paths = frozenset([paths] if isinstance(paths, str) else paths)

@@ -7,7 +7,7 @@ remembered exactly as live traffic would be.
 
 from __future__ import annotations
 
-import threading
+import queue
 from typing import Any
 
 from .funnel import Funnel, FunnelResult
@@ -21,12 +21,15 @@ FORGET = "memo_mw.jobs.forget"
 
 
 def remember_payload(result: FunnelResult, *, user_id: str, session_id: str | None, ts: float,
-                     message_id: str | None = None, time_key: Any = None) -> dict[str, Any]:
-    """The JSON payload of a ``remember`` job; ``job_key`` is stable for the same user, summary and time."""
+                     message_id: str | None, time_key: Any) -> dict[str, Any]:
+    """The JSON payload of a ``remember`` job.
+
+    ``job_key`` is the same for the same user, normalised summaries and ``time_key`` (the
+    message time, or whatever stands for it), so a repeated message makes no second memory.
+    """
     summaries = sorted(normalize(c.content) for c in result.candidates)
-    key_time = time_key if time_key is not None else (message_id if message_id is not None else int(ts))
     return {
-        "job_key": "memo-remember-" + stable_id(user_id, *summaries, key_time),
+        "job_key": "memo-remember-" + stable_id(user_id, *summaries, time_key),
         "user_id": user_id,
         "session_id": session_id,
         "ts": int(ts),
@@ -36,27 +39,34 @@ def remember_payload(result: FunnelResult, *, user_id: str, session_id: str | No
 
 
 class Recaller:
-    """Reads a user's active memories through one read-only connection per thread, and scores them."""
+    """Reads a user's active memories through pooled read-only connections, and scores them.
+
+    A pool rather than one connection per thread: threaded servers start a thread per
+    request, and a connection per thread would be opened and thrown away each time.
+    """
 
     def __init__(self, db: str, funnel: Funnel, config: RecallConfig):
         self.db = db
         self.funnel = funnel
         self.config = config
-        self._local = threading.local()
+        self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
 
-    def _store(self) -> Store:
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = self._local.store = Store(self.db, readonly=True)
-        return store
-
-    def recall(self, user_id: str, message: str, *, now: float, forgetting: FunnelResult | None = None
-               ) -> list[dict[str, Any]]:
+    def recall(self, user_id: str, message: str, *, now: float, forgetting: FunnelResult | None = None,
+               config: RecallConfig | None = None) -> list[dict[str, Any]]:
         """Top memories for the message; none of those the message itself asks to forget."""
         if forgetting is not None and forgetting.forget_scope == "all":
             return []
-        memories = self._store().memories(user_id)
+        try:
+            store = self._pool.get_nowait()
+        except queue.Empty:
+            store = Store(self.db, readonly=True)
+        try:
+            memories = store.memories(user_id)
+        except BaseException:
+            store.close()  # a connection that failed is not put back
+            raise
+        self._pool.put(store)
         if forgetting is not None and forgetting.forget_match:
             memories = [m for m in memories if not matches(m, forgetting.forget_match)]
-        return score(memories, message, now=now, config=self.config,
+        return score(memories, message, now=now, config=config or self.config,
                      recall_all=self.funnel.is_recall_all(message))

@@ -42,16 +42,19 @@ class RQBackend:
         self.connection = redis.Redis.from_url(
             redis_url, socket_connect_timeout=timeout, socket_timeout=timeout)
         self.queue = Queue(queue_name, connection=self.connection, serializer=defaults.SERIALIZER)
-        # Retries cover a worker that died or a database that stayed locked.
+        # Retries cover a worker that died or a database that stayed locked; rq runs them
+        # from its scheduler (`memo-mw worker` starts one; plain rq needs --with-scheduler).
         self._retry = Retry(max=3, interval=[1, 10, 60])
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
         from rq.exceptions import DuplicateJobError
 
         try:
-            self.queue.enqueue(func, *args, job_id=job_id, unique=job_id is not None,
-                               result_ttl=defaults.JOB_RESULT_TTL, failure_ttl=7 * 86400,
-                               retry=self._retry)
+            # The description is what rq logs and shows: the function only, never the
+            # memory text in the arguments. No result is kept (result_ttl=0): a finished
+            # job leaves nothing in Redis, and a repeated one is recognised by the store.
+            self.queue.enqueue(func, *args, job_id=job_id, unique=job_id is not None, description=func,
+                               result_ttl=0, failure_ttl=defaults.JOB_FAILURE_TTL, retry=self._retry)
         except DuplicateJobError:
             log.debug("memo-mw: job %s already queued; not queued twice", job_id)
             return False

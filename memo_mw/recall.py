@@ -58,6 +58,8 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     max_hits = max(int(m.get("hits") or 0) for m in memories)
     scored = []
     for memory in memories:
+        if memory.get("expires_at") is not None and memory["expires_at"] <= now:
+            continue  # an expired task is no longer injected
         rel = relevance(query_tokens, tokens(f"{memory['content']} {memory['key']}"))
         last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
         days = max(0.0, (now - float(last)) / 86400)

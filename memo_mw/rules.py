@@ -14,7 +14,7 @@ backtracking costs a bounded amount of time and is logged, never hangs a request
 from __future__ import annotations
 
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -82,6 +82,7 @@ class Trigger:
     polarity: int
     summary: str
     key: str
+    summary_fields: tuple[str, ...]  # the groups the summary uses: each must capture something
     confidence: float
     ttl_days: float | None
     language: str
@@ -408,12 +409,16 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
         ok = False
     summary = node.get("summary")
     key = node.get("key", "{what}")
+    summary_fields: tuple[str, ...] = ()
     for name, template in (("summary", summary), ("key", key)):
         if not isinstance(template, str) or not template.strip():
             report(node, rule_id, f"{name} must be a non-empty template string", key=name)
             ok = False
         elif pattern is not None:
-            for field_name in _template_fields(template, name, rule_id, node, report):
+            fields = _template_fields(template, name, rule_id, node, report)
+            if name == "summary":
+                summary_fields = tuple(fields)
+            for field_name in fields:
                 if field_name not in pattern.groupindex:
                     report(node, rule_id, f"{name} uses {{{field_name}}} but the pattern has no group "
                            f"(?P<{field_name}>...)", key=name)
@@ -422,6 +427,7 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
         return None
     return Trigger(
         id=rule_id, pattern=pattern, type=mem_type, polarity=polarity, summary=summary, key=key,
+        summary_fields=summary_fields,
         confidence=float(confidence), ttl_days=float(ttl) if ttl is not None else None,
         language=rule_file.language, source=rule_file.path, examples=_examples(node, rule_id, report),
     )
@@ -465,7 +471,7 @@ def example_problems(rules: RuleSet) -> list[str]:
     return problems
 
 
-def _template_fields(template: str, name: str, rule_id: str, node, report) -> Iterable[str]:
+def _template_fields(template: str, name: str, rule_id: str, node, report) -> list[str]:
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:

@@ -134,9 +134,6 @@ class Store:
         row = self.db.execute(_SELECT + " where id = ?", [memory_id]).fetchone()
         return row_to_memory(row) if row else None
 
-    def users(self) -> list[str]:
-        return [r["user_id"] for r in self.db.query("select distinct user_id from memories order by user_id")]
-
     # -- writes (the worker's) -------------------------------------------------------
 
     def remember(self, payload: dict[str, Any]) -> list[str]:

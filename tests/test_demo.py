@@ -77,3 +77,10 @@ def test_demo_asks_an_openai_compatible_server_when_configured(tmp_path, monkeyp
         server.server_close()
     # The server is gone: the demo answers from memory instead of failing.
     assert "- likes bossa nova" in post(client, "any bossa nova albums?").json["reply"]
+
+
+def test_demo_answers_bodies_of_another_shape(tmp_path):
+    client = create_app(db=str(tmp_path / "memo.db")).test_client()
+    for body in ([1, 2], "text", None, {"message": 5}):
+        response = client.post("/chat", json=body, headers={"X-User-Id": "v"})
+        assert response.status_code == 200 and response.json["memories"] == []

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import zlib
 
 import pytest
 import redis
 from flask import Flask, jsonify, request
-from rq import Queue
+from rq import Queue, Worker
 
 from memo_mw import Memo, MemoryMiddleware, defaults
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END
@@ -146,3 +147,107 @@ def test_flask_extension_reads_memo_settings(redis_url, tmp_path):
     received = client.post("/chat", **plain("which tea should I buy?")).json["received"]
     assert received["message"] == "which tea should I buy?"  # the block went to the configured field
     assert received["memory"].count("\n- ") == 1  # MEMO_RECALL_K=1
+
+
+def all_redis_text(url: str) -> bytes:
+    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
+    client = redis.Redis.from_url(url)
+    out = []
+    for key in client.keys("*"):
+        kind = client.type(key)
+        values = client.hvals(key) if kind == b"hash" else client.lrange(key, 0, -1) if kind == b"list" \
+            else [client.get(key)] if kind == b"string" else []
+        for value in values:
+            out.append(value or b"")
+            try:
+                out.append(zlib.decompress(value))
+            except (zlib.error, TypeError):
+                pass
+    return b"\n".join(out)
+
+
+def test_finished_jobs_leave_nothing_in_redis(redis_url, db):
+    app = chat_app()
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    client = app.test_client()
+    client.post("/chat", **plain("I live in Springfield"))
+    client.post("/chat", **plain("where should I live, Springfield or elsewhere?"))
+    assert b"Springfield" in all_redis_text(redis_url)  # the waiting jobs hold the (masked) text
+    drain(redis_url)
+    assert b"Springfield" not in all_redis_text(redis_url)
+
+
+def test_forget_removes_the_users_waiting_jobs_from_redis(redis_url, db, tmp_path):
+    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
+    broken = tmp_path / "a-file"
+    broken.write_text("not a folder")
+    # A remember job that fails (its database folder is a file) waits in Redis for a retry.
+    stuck = chat_app()
+    stuck.wsgi_app = MemoryMiddleware(stuck.wsgi_app, db=str(tmp_path / "ok.db"), redis_url=redis_url)
+    stuck.wsgi_app.db = str(broken / "memo.db")
+    stuck.test_client().post("/chat", **plain("I live in Springfield"))
+    stuck.test_client().post("/chat", **plain("I live in Shelbyville", user="bob"))
+    Worker([queue], connection=queue.connection, serializer=defaults.SERIALIZER).work(burst=True)
+    assert len(queue.scheduled_job_registry.get_job_ids()) == 2  # both wait for a retry
+    assert b"Springfield" in all_redis_text(redis_url)
+
+    app = chat_app()
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.test_client().post("/chat", **plain("forget everything you know about me"))
+    drain(redis_url)
+    text = all_redis_text(redis_url)
+    assert b"Springfield" not in text
+    assert b"Shelbyville" in text  # another user's job is not touched
+    assert len(queue.scheduled_job_registry.get_job_ids()) == 1
+
+
+def test_failed_jobs_are_retried_by_the_worker_scheduler(redis_url, tmp_path):
+    """`memo-mw worker` runs rq's scheduler, which re-queues a failed job when its retry is due."""
+    import subprocess
+    import sys
+    import time
+
+    blocker = tmp_path / "var"
+    blocker.write_text("a file where the database folder should be")
+    app = chat_app()
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=str(tmp_path / "ok.db"), redis_url=redis_url)
+    app.wsgi_app.db = str(blocker / "memo.db")
+    app.test_client().post("/chat", **plain("I like green tea"))
+    worker = [sys.executable, "-m", "memo_mw", "worker", "--burst", "--url", redis_url]
+    subprocess.run(worker, check=True, capture_output=True, timeout=60)
+    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
+    assert len(queue.scheduled_job_registry.get_job_ids()) == 1
+    blocker.unlink()  # the fault goes away
+    time.sleep(1.2)  # the first retry is due after 1 s
+    subprocess.run(worker, check=True, capture_output=True, timeout=60)
+    assert [m["content"] for m in Store(str(blocker / "memo.db")).memories("alice")] == ["likes green tea"]
+
+
+def test_relative_database_path_is_made_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    middleware = MemoryMiddleware(chat_app().wsgi_app, db="var/memo.db")
+    assert middleware.db == str(tmp_path / "var" / "memo.db")
+
+
+def test_keyword_arguments_are_keyword_only(db):
+    with pytest.raises(TypeError):
+        MemoryMiddleware(chat_app().wsgi_app, None, db)  # noqa: the point is that this is refused
+
+
+def test_embedded_mode_says_once_that_production_should_use_rq(db, caplog, monkeypatch):
+    from memo_mw.queue import ThreadBackend
+
+    monkeypatch.setattr(ThreadBackend, "_warned", False)
+    caplog.set_level("WARNING", logger="memo_mw.queue")
+    MemoryMiddleware(chat_app().wsgi_app, db=db)
+    MemoryMiddleware(chat_app().wsgi_app, db=db)
+    warnings = [r.getMessage() for r in caplog.records if "in-process thread" in r.getMessage()]
+    assert len(warnings) == 1 and "memo-mw worker" in warnings[0]
+
+
+def test_jobs_import_without_flask():
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['flask'] = None; import memo_mw.jobs; print('ok')"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "ok"

@@ -111,3 +111,10 @@ def test_unusable_database_is_a_clear_error(tmp_path, make_path):
         path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match="cannot use .* as the memory database"):
         Store(path)
+
+
+def test_busy_timeout_on_every_connection(db):
+    Store(db).close()
+    for readonly in (False, True):
+        with Store(db, readonly=readonly) as store:
+            assert store.db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
