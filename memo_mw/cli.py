@@ -236,7 +236,7 @@ def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: co
 @main.command()
 @db_option
 @click.option("--user", default=None, help="Only this user's memories (default: every user's).")
-@click.option("--all", "include_all", is_flag=True, help="Include superseded, expired and pending ones.")
+@click.option("--all", "include_all", is_flag=True, help="Include inactive (superseded) ones.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
 def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> None:
     """List stored memories (active ones unless --all), oldest first."""
