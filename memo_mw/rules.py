@@ -462,12 +462,16 @@ def example_problems(rules: RuleSet) -> list[str]:
                 continue
             should, should_not, line = rule.examples
             where = f"{rule_file.path}:{line}" if line else rule_file.path
-            for sentence in should:
-                if rule.pattern.search(sentence, timeout=1.0) is None:
-                    problems.append(f"{where}: {rule.id}: example does not match: {sentence!r}")
-            for sentence in should_not:
-                if rule.pattern.search(sentence, timeout=1.0) is not None:
-                    problems.append(f"{where}: {rule.id}: no_match example matches: {sentence!r}")
+            for sentence, wanted in [(x, True) for x in should] + [(x, False) for x in should_not]:
+                try:
+                    found = rule.pattern.search(sentence, timeout=1.0) is not None
+                except TimeoutError:
+                    problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "
+                                    "(catastrophic backtracking?)")
+                    continue
+                if found != wanted:
+                    problem = "example does not match" if wanted else "no_match example matches"
+                    problems.append(f"{where}: {rule.id}: {problem}: {sentence!r}")
     return problems
 
 

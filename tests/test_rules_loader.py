@@ -415,3 +415,19 @@ def test_more_problems_reported(tmp_path, text, problem):
     path = tmp_path / "r.yaml"
     path.write_text(text, encoding="utf-8")
     assert check_rules([str(path)]) == [f"{path}:{problem}"]
+
+
+def test_rules_check_reports_an_example_that_times_out(tmp_path):
+    path = tmp_path / "slow.yaml"
+    path.write_text(
+        "language: en\n"
+        "triggers:\n"
+        "  - id: en.slow\n"
+        "    pattern: '(?:(?:a|aa)+$|I like (?P<what>\\w+))'\n"
+        "    type: preference\n"
+        "    summary: 'likes {what}'\n"
+        "    examples: {no_match: ['" + "a" * 40 + "!']}\n",
+        encoding="utf-8",
+    )
+    (problem,) = check_rules([str(path)])
+    assert problem.startswith(f"{path}:3: en.slow: pattern timed out on example 'aaaa")
