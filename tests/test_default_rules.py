@@ -91,6 +91,11 @@ ZH_CAPTURED = [
     _p("下次推荐电影的时候别推荐恐怖片", TASK, 1, "下次推荐电影的时候别推荐恐怖片", "zh-next-time"),
     _p("下次给我推荐几本科幻小说", TASK, 1, "下次推荐几本科幻小说", "zh-next-time-gei-wo"),
     _p("我打算明年考研", COMMIT, 1, "打算明年考研", "zh-plan"),
+    # promises are about the future: a time word does not make them short-term
+    _p("我答应你明天交报告", COMMIT, 1, "答应你明天交报告", "zh-promise-tomorrow"),
+    _p("我答应了女儿周末带她去动物园", COMMIT, 1, "答应了女儿周末带她去动物园", "zh-promise-weekend"),
+    _p("我承诺今晚之前把方案发给客户", COMMIT, 1, "承诺今晚之前把方案发给客户", "zh-commit-tonight"),
+    _p("我下定决心明天开始早睡", COMMIT, 1, "下定决心明天开始早睡", "zh-resolve-tomorrow"),
     # answer style
     _p("以后请用中文回答我", STYLE, 1, "回答要求：用中文回答", "zh-style-chinese"),
     _p("从现在起回答尽量简短", STYLE, 1, "回答要求：回答尽量简短", "zh-style-short"),
@@ -141,6 +146,8 @@ ZH_NOT_CAPTURED = [
     pytest.param("我今晚想看电影", id="zh-tonight"),
     pytest.param("今天我不吃晚饭", id="zh-today-no-dinner"),
     pytest.param("我今天特别喜欢这顿饭", id="zh-today-like"),
+    pytest.param("我打算今晚吃火锅", id="zh-plan-tonight"),
+    pytest.param("我明天想睡个懒觉", id="zh-tomorrow-want"),
     pytest.param("好的，我记住了", id="zh-i-remembered"),
     pytest.param("我忘记带伞了", id="zh-forgot-umbrella"),
     pytest.param("我决定了！", id="zh-decided-nothing"),
@@ -151,6 +158,7 @@ ZH_NOT_CAPTURED = [
     pytest.param("以后少吃点外卖", id="zh-later-not-style"),
     pytest.param("我住院了", id="zh-hospital"),
     pytest.param("我确诊了糖尿病", id="zh-sensitive-health"),
+    pytest.param("我对花生过敏", id="zh-allergy"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
@@ -207,6 +215,12 @@ EN_CAPTURED = [
     _p("Remind me to call the dentist tomorrow", TASK, 1, "reminder: call the dentist tomorrow", "en-remind"),
     _p("Can you remind me to water the plants?", TASK, 1, "reminder: water the plants", "en-remind-question"),
     _p("I've decided to learn Japanese", COMMIT, 1, "plans to learn Japanese", "en-decided"),
+    # promises are about the future: a time word does not make them short-term
+    _p("I promised to call my mom tomorrow", COMMIT, 1, "plans to call their mom tomorrow", "en-promised-tomorrow"),
+    _p("I promised my sister I'd pick her up tonight", COMMIT, 1, "plans to pick her up tonight",
+       "en-promised-someone-tonight"),
+    _p("I promise I'll send the invoice today", COMMIT, 1, "plans to send the invoice today", "en-promise-today"),
+    _p("I've resolved to stop smoking tomorrow", COMMIT, 1, "plans to stop smoking tomorrow", "en-resolved-tomorrow"),
     # answer style
     _p("From now on, answer in Spanish", STYLE, 1, "answer style: answer in Spanish", "en-style-from-now-on"),
     _p("Always reply in bullet points", STYLE, 1, "answer style: reply in bullet points", "en-style-always"),
@@ -252,6 +266,10 @@ EN_NOT_CAPTURED = [
     pytest.param("I like this one", id="en-this-one"),
     pytest.param("I love this weather today", id="en-today"),
     pytest.param("I really want pizza tonight", id="en-tonight"),
+    pytest.param("I might grab sushi for lunch today", id="en-lunch-today"),
+    pytest.param("I'm planning to watch a movie tonight", id="en-plan-tonight"),
+    pytest.param("I've decided to order pizza tonight", id="en-decided-tonight"),
+    pytest.param("I promise you it's true", id="en-promise-assertion"),
     pytest.param("I'm going to the gym", id="en-going-to"),
     pytest.param("I remember when I was a kid", id="en-i-remember"),
     pytest.param("I always thought you were human", id="en-past-tense"),
@@ -307,6 +325,7 @@ def test_en_not_captured(funnel, message):
 FORGET_ALL = [
     pytest.param("清除你记住的关于我的一切", id="zh-clear-everything"),
     pytest.param("忘了我吧", id="zh-forget-me"),
+    pytest.param("请忘了我吧", id="zh-please-forget-me"),
     pytest.param("删除关于我的所有记忆", id="zh-delete-all-memories"),
     pytest.param("把关于我的记忆都删了", id="zh-ba-memories"),
     pytest.param("把你知道的关于我的信息全部删掉", id="zh-ba-info-all"),
@@ -341,6 +360,24 @@ FORGET_MATCH = [
     pytest.param("forget that I play tennis", "I play tennis", id="en-forget-that"),
     pytest.param("Please forget about my trip to Rome", "my trip to Rome", id="en-forget-about"),
     pytest.param("Can you forget what I said about my job?", "my job", id="en-forget-what-i-said"),
+    # Chinese: a command verb opening the message, then a statement about the user
+    pytest.param("删除我喜欢香菜这条记忆", "我喜欢香菜", id="zh-delete-this-memory"),
+    pytest.param("帮我删掉关于我在银行上班的记录", "我在银行上班", id="zh-delete-record-about"),
+    pytest.param("忘了我喜欢香菜", "我喜欢香菜", id="zh-forget-statement"),
+    pytest.param("请忘记我喜欢香菜", "我喜欢香菜", id="zh-please-forget-statement"),
+    pytest.param("麻烦你忘掉我住在成都吧", "我住在成都", id="zh-mafan-forget"),
+    pytest.param("帮我删除我养了一只仓鼠", "我养了一只仓鼠", id="zh-help-delete-statement"),
+    pytest.param("不要记住我是左撇子", "我是左撇子", id="zh-dont-remember-statement"),
+    pytest.param("别记着我不喝咖啡了。我现在每天都喝", "我不喝咖啡", id="zh-dont-keep-then-more"),
+    pytest.param("忘掉我说过我讨厌跑步", "我讨厌跑步", id="zh-forget-i-said"),
+    pytest.param("你忘掉我的生日是五月二号吧", "我的生日是五月二号", id="zh-you-forget-my-x-is"),
+    # English
+    pytest.param("please forget that I like cilantro", "I like cilantro", id="en-please-forget-that"),
+    pytest.param("delete the memory that I live in Paris", "I live in Paris", id="en-delete-the-memory-that"),
+    pytest.param("forget I said I like jazz", "I like jazz", id="en-forget-i-said"),
+    pytest.param("Okay, forget that I ever said I'm vegan", "I'm vegan", id="en-forget-that-i-ever-said"),
+    pytest.param("Please forget I mentioned my divorce", "my divorce", id="en-forget-i-mentioned"),
+    pytest.param("forget I play the cello", "I play the cello", id="en-forget-bare-statement"),
 ]
 
 
@@ -367,12 +404,56 @@ NOT_FORGET = [
     pytest.param("Delete my data from the spreadsheet", id="en-delete-from-sheet"),
     pytest.param("Forget about it", id="en-forget-about-it"),
     pytest.param("Forget everything I said about the bug", id="en-forget-the-bug"),
+    # Chinese: the user forgetting, a reminder, a reproach, or not about the user
+    pytest.param("我忘了带伞", id="zh-i-forgot-umbrella"),
+    pytest.param("别忘了明天开会", id="zh-dont-forget-meeting"),
+    pytest.param("别忘了我喜欢香菜", id="zh-dont-forget-my-like"),
+    pytest.param("我忘记密码了", id="zh-forgot-password"),
+    pytest.param("忘记我的密码了", id="zh-forgot-my-password-no-subject"),
+    pytest.param("我总是忘记吃早饭", id="zh-always-forget-breakfast"),
+    pytest.param("忘了我要说什么", id="zh-forgot-what-to-say"),
+    pytest.param("忘了我有没有锁门", id="zh-forgot-if-locked"),
+    pytest.param("忘了我还要去接孩子", id="zh-forgot-errand"),
+    pytest.param("忘了我已经吃过药了", id="zh-forgot-le"),
+    pytest.param("你忘了我不吃辣", id="zh-reproach"),
+    pytest.param("你是不是忘了我不吃辣？", id="zh-reproach-question"),
+    pytest.param("删掉我手机里的照片", id="zh-delete-photos"),
+    pytest.param("帮我删除我的账号", id="zh-delete-account"),
+    pytest.param("删掉我刚才发的消息", id="zh-delete-message"),
+    # English
+    pytest.param("I forgot my keys", id="en-forgot-keys"),
+    pytest.param("don't forget the milk", id="en-dont-forget-milk"),
+    pytest.param("Forget I asked", id="en-forget-i-asked"),
+    pytest.param("Never mind, forget I said anything", id="en-forget-i-said-anything"),
+    pytest.param("Forget I was here", id="en-forget-i-was-here"),
+    pytest.param("Delete my account", id="en-delete-account"),
 ]
 
 
 @pytest.mark.parametrize("message", NOT_FORGET)
 def test_not_a_forget_request(funnel, message):
     assert funnel.process(message).stage != "forget"
+
+
+# -- sensitive: allergies are health data, never stored --------------------------------------
+
+SENSITIVE_ALLERGY = [
+    pytest.param("我对花生过敏", id="zh-allergic-peanuts"),
+    pytest.param("我从小对猫毛过敏", id="zh-allergic-cat-hair"),
+    pytest.param("我有花粉过敏", id="zh-pollen-allergy"),
+    pytest.param("我不能吃虾，会过敏", id="zh-food-constraint-allergy"),
+    pytest.param("I'm allergic to peanuts", id="en-allergic-peanuts"),
+    pytest.param("I'm severely allergic to bee stings", id="en-allergic-bee-stings"),
+    pytest.param("I have a shellfish allergy", id="en-shellfish-allergy"),
+    pytest.param("I can't eat shrimp, I'm allergic", id="en-food-constraint-allergy"),
+]
+
+
+@pytest.mark.parametrize("message", SENSITIVE_ALLERGY)
+def test_allergies_are_sensitive(funnel, message):
+    result = funnel.process(message)
+    assert result.stage == "sensitive", result.trace
+    assert result.candidates == []
 
 
 # -- every pattern is bounded -----------------------------------------------------------------
