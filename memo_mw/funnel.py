@@ -287,7 +287,7 @@ class Funnel:
         if len(values.get("what", "")) > rule_file.max_capture:
             return None
         content = _SPACES.sub(" ", render(trigger.summary, values)).strip()
-        key = memory_key(render(trigger.key, values))
+        key = _strip_key_prefixes(memory_key(render(trigger.key, values)), rule_file.key_prefixes)
         if not content or not key:
             return None
         return Candidate(
@@ -348,6 +348,27 @@ def third_person(phrase: str) -> str:
 
 _IRREGULAR = {"have": "has", "be": "is", "am": "is", "do": "does", "go": "goes", "can": "can",
               "will": "will", "must": "must", "should": "should", "may": "may", "might": "might"}
+
+
+def _strip_key_prefixes(key: str, prefixes: tuple[str, ...]) -> str:
+    """``喝乌龙茶`` -> ``乌龙茶``, ``drinking coffee`` -> ``coffee``: one slot however the thing is named.
+
+    A Latin prefix must be a whole word; something must remain after the prefix.
+    """
+    changed = True
+    while changed:
+        changed = False
+        for prefix in prefixes:
+            if not key.startswith(prefix) or len(key) <= len(prefix):
+                continue
+            rest = key[len(prefix):]
+            if prefix[-1].isascii() and prefix[-1].isalnum():
+                if not rest[0].isspace():
+                    continue
+                rest = rest.lstrip()
+            if rest:
+                key, changed = rest, True
+    return key
 
 
 def _ends_with_particle(value: str, particle: str) -> bool:

@@ -29,7 +29,7 @@ MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
 FORGET_SCOPES = ("all", "match")
 
 _TOP_KEYS = {
-    "version", "language", "max_length", "max_capture", "fillers", "trailing",
+    "version", "language", "max_length", "max_capture", "fillers", "trailing", "key_prefixes",
     "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive",
 }
 _TRIGGER_KEYS = {"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days", "examples"}
@@ -112,6 +112,7 @@ class RuleFile:
     max_capture: int
     fillers: list[regex.Pattern] = field(default_factory=list)
     trailing: tuple[str, ...] = ()
+    key_prefixes: tuple[str, ...] = ()
     pronouns: list[tuple[regex.Pattern, str]] = field(default_factory=list)
     triggers: list[Trigger] = field(default_factory=list)
     negative: list[Gate] = field(default_factory=list)
@@ -267,6 +268,12 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
         max_length=_positive_int(data, "max_length", defaults.MAX_MESSAGE_CHARS, report),
         max_capture=_positive_int(data, "max_capture", defaults.MAX_CAPTURE_CHARS, report),
     )
+    for t in _list(data, "key_prefixes", report):
+        if isinstance(t, str) and t.strip():
+            rule_file.key_prefixes += (t.strip().casefold(),)
+        else:
+            report(data, None, f"key_prefixes entries must be non-empty strings, not {t!r} (quote it)",
+                   key="key_prefixes")
     for t in _list(data, "trailing", report):
         if isinstance(t, str) and t:
             rule_file.trailing += (t,)

@@ -141,3 +141,24 @@ def test_a_timed_out_prefilter_falls_back_to_each_trigger(tmp_path, monkeypatch,
     monkeypatch.setattr(funnel, "_prefilters", {k: Slow() for k in funnel._prefilters})
     assert [c.content for c in funnel.process("I like jazz").candidates] == ["likes jazz"]
     assert "trying them one by one" in caplog.text
+
+
+def test_key_prefixes_put_a_thing_in_one_slot(tmp_path):
+    funnel = funnel_of(tmp_path, zh="""
+        language: zh
+        key_prefixes: ['喝', '吃']
+        triggers:
+          - {id: zh.no, pattern: '我不(?P<verb>喝|吃)(?P<what>\\p{Han}+)', type: preference, polarity: -1,
+             summary: '不{verb}{what}'}
+          - {id: zh.like, pattern: '我喜欢(?P<what>\\p{Han}+)', type: preference, summary: '喜欢{what}'}
+    """, en="""
+        language: en
+        key_prefixes: ['drinking', 'listening to']
+        triggers:
+          - {id: en.like, pattern: '\\bI like (?P<what>[\\w ]+)', type: preference, summary: 'likes {what}'}
+    """)
+    keys = [funnel.process(m).candidates[0] for m in ("我喜欢喝咖啡", "我不喝咖啡", "I like drinking coffee",
+                                                       "I like listening to jazz", "I like drinkingwater")]
+    assert [(c.key, c.content) for c in keys] == [
+        ("咖啡", "喜欢喝咖啡"), ("咖啡", "不喝咖啡"), ("coffee", "likes drinking coffee"),
+        ("jazz", "likes listening to jazz"), ("drinkingwater", "likes drinkingwater")]
