@@ -1,7 +1,7 @@
 """``memo-mw``: the command line, a thin layer over the library.
 
-Commands: ``worker``, ``replay``, ``memories``, ``recall``, ``forget``, ``rules check``,
-``rules test``. Library and database errors become a one-sentence ``click`` error and
+Commands: ``worker``, ``replay``, ``memories``, ``recall``, ``forget``, ``maintain``,
+``rules check``, ``rules test``. Library and database errors become a one-sentence ``click`` error and
 exit status 1, never a traceback.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from . import defaults
+from . import defaults, maintenance
 from .adapters import clean_id
 from .exceptions import MemoError
 from .funnel import STAGES, Funnel
@@ -327,6 +327,20 @@ def forget(db: str, user: str, match: str | None) -> None:
     with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
         count = store.forget(user, match=match, ts=int(time.time()), reason="cli")
     click.echo(f"deleted {count} memories of {user}")
+
+
+@main.command()
+@db_option
+@click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as one JSON object.")
+def maintain(db: str, now: float | None, as_json: bool) -> None:
+    """Expire tasks, delete expired ones left unconfirmed, resolve contradictions.
+
+    What the `maintain` job does when `rq cron memo_mw.cron` schedules it.
+    """
+    with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
+        counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
+    click.echo(_dump(counts) if as_json else maintenance.summary(counts))
 
 
 @main.group()

@@ -49,8 +49,9 @@ RECENCY_DECAY = 0.01
 #: The RQ queue the middleware enqueues to and ``memo-mw worker`` listens on.
 QUEUE_NAME = "memo"
 
-#: rq's import path of the serializer: plain JSON payloads, never pickle.
-SERIALIZER = "rq.serializers.JSONSerializer"
+#: Import path of the jobs' serializer: JSON payloads (it also reads the plain values of the
+#: job ``rq cron`` enqueues; see memo_mw.queue.JobSerializer).
+SERIALIZER = "memo_mw.queue.JobSerializer"
 
 #: Seconds to wait for Redis on connect and on each command: a chat request must not
 #: hang on a sick Redis.
@@ -65,3 +66,9 @@ SQLITE_BUSY_TIMEOUT_MS = 5000
 
 #: Increase of confidence when the same memory is stated again (capped at 1.0).
 CONFIDENCE_STEP = 0.1
+
+#: Days an expired task waits for confirmation (shown once by recall, marked) before it is deleted.
+CONFIRM_DAYS = 7
+
+#: Seconds between maintenance runs scheduled by ``rq cron memo_mw.cron``.
+MAINTAIN_INTERVAL = 3600

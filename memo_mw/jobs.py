@@ -2,14 +2,17 @@
 
 Importable without Flask. Arguments are plain JSON values, the database path among
 them: the worker needs nothing but this module and the file. Every job is idempotent:
-``remember`` records its job key, ``touch`` and ``forget`` are safe to repeat.
+``remember`` records its job key; ``forget`` and ``maintain`` are safe to repeat; a
+repeated ``touch`` counts one recall twice, which only nudges a ranking.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
+from . import maintenance
 from .pipeline import REMEMBER
 from .store import Store, matches
 
@@ -41,6 +44,14 @@ def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "use
     if purged:
         log.info("memo-mw: forget removed %d waiting remember jobs of a user from Redis", purged)
     return count
+
+
+def maintain(db: str, now: float | None = None) -> dict[str, int]:
+    """Expire tasks, delete those left unconfirmed, resolve contradictions (see memo_mw.maintenance)."""
+    with Store(db) as store:
+        counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
+    log.info("memo-mw maintenance: %s", maintenance.summary(counts))
+    return counts
 
 
 def purge_waiting_jobs(user_id: str, match: str | None) -> int:

@@ -61,7 +61,7 @@ class Recaller:
         except queue.Empty:
             store = Store(self.db, readonly=True)
         try:
-            memories = store.memories(user_id)
+            memories = store.recall_candidates(user_id)
         except BaseException:
             store.close()  # a connection that failed is not put back
             raise

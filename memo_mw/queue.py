@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import collections
 import importlib
+import io
+import json
 import logging
+import pickle
 import queue as stdlib_queue
 import threading
 from typing import Any, Protocol
@@ -24,6 +27,30 @@ class Backend(Protocol):
         """Queue ``func(*args)``; False when it was not queued (duplicate id, or Redis unreachable)."""
 
     def close(self) -> None: ...
+
+
+class JobSerializer:
+    """rq serializer: JSON for every job memo-mw enqueues.
+
+    ``rq cron`` enqueues with rq's default (pickle) serializer, so the maintenance job it
+    schedules arrives pickled. Those are read with an unpickler that refuses every import:
+    only plain values (strings, numbers, tuples, dicts) can load, never an object.
+    """
+
+    @staticmethod
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj).encode("utf-8")
+
+    @staticmethod
+    def loads(data: bytes) -> Any:
+        if data[:1] == b"\x80":  # the pickle protocol marker
+            return _PlainUnpickler(io.BytesIO(data)).load()
+        return json.loads(data.decode("utf-8"))
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"memo-mw jobs carry plain values only, not {module}.{name}")
 
 
 def import_function(path: str):

@@ -4,7 +4,8 @@ Score (DESIGN): ``w_rel * relevance + w_rec * recency + w_hot * hotness`` with
 ``recency = exp(-decay * days since last use)`` and ``hotness = log(1 + hits)``
 normalised by the hottest candidate. Relevance is lexical on Chinese-aware tokens
 (:func:`memo_mw.text.tokens`). ``style`` memories are always included; other memories
-need some relevance to the message, unless the message asks what is remembered.
+need some relevance to the message, unless the message asks what is remembered. An
+expired task awaiting confirmation is shown once, marked, whatever the message.
 """
 
 from __future__ import annotations
@@ -58,19 +59,21 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     max_hits = max(int(m.get("hits") or 0) for m in memories)
     scored = []
     for memory in memories:
-        if memory.get("expires_at") is not None and memory["expires_at"] <= now:
-            continue  # an expired task is no longer injected
+        confirm = memory.get("status") == "pending_confirm"
+        if not confirm and memory.get("expires_at") is not None and memory["expires_at"] <= now:
+            continue  # expired: not injected until maintenance asks for a confirmation
         rel = relevance(query_tokens, tokens(f"{memory['content']} {memory['key']}"))
         last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
         days = max(0.0, (now - float(last)) / 86400)
         recency = math.exp(-config.decay * days)
         hotness = math.log1p(int(memory.get("hits") or 0)) / math.log1p(max_hits) if max_hits else 0.0
         total = config.w_relevance * rel + config.w_recency * recency + config.w_hotness * hotness
-        is_style = memory.get("type") == "style"
-        if rel > 0 or is_style or recall_all:
-            scored.append({**memory, "score": round(total, 6), "relevance": round(rel, 6), "_style": is_style})
-    # Style first (always in), then by score; ties go to the more recent statement.
-    scored.sort(key=lambda m: (m["_style"], m["score"], m.get("source_ts") or 0, m["id"]), reverse=True)
+        # Always in: how to answer (style), and an expired task's one request for confirmation.
+        always = 2 if memory.get("type") == "style" else 1 if confirm else 0
+        if rel > 0 or always or recall_all:
+            scored.append({**memory, "score": round(total, 6), "relevance": round(rel, 6), "_always": always})
+    # Style first, then confirmations, then by score; ties go to the more recent statement.
+    scored.sort(key=lambda m: (m["_always"], m["score"], m.get("source_ts") or 0, m["id"] or 0), reverse=True)
     chosen, used = [], 0
     for memory in scored:
         if len(chosen) >= config.k:
@@ -81,7 +84,7 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         used += cost
         chosen.append(memory)
     for memory in chosen:
-        del memory["_style"]
+        del memory["_always"]
     return chosen
 
 
@@ -92,7 +95,10 @@ def _escape(text: str) -> str:
 
 def line(memory: dict[str, Any]) -> str:
     day = time.strftime("%Y-%m-%d", time.gmtime(memory.get("source_ts") or memory.get("created_at") or 0))
-    return f"- {_escape(memory['content'])} ({_escape(memory['type'])}, {day})"
+    marks = [_escape(memory["type"]), day]
+    if memory.get("status") == "pending_confirm":
+        marks.append("expired, ask whether it still holds")
+    return f"- {_escape(memory['content'])} ({', '.join(marks)})"
 
 
 def format_block(memories: list[dict[str, Any]]) -> str:

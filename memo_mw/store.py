@@ -50,10 +50,22 @@ def m001_memories(db: sqlite_utils.Database) -> None:
     )
 
 
+@migrations()
+def m002_confirmation(db: sqlite_utils.Database) -> None:
+    # An expired task waits for confirmation: shown once by recall, removed at remove_at.
+    db["memories"].add_column("confirm_shown_at", int)
+    db["memories"].add_column("remove_at", int)
+    db["memories"].create_index(["status", "expires_at"])
+
+
+#: Statuses. Only ``active`` memories are ``active = 1``.
+ACTIVE, SUPERSEDED, PENDING_CONFIRM = "active", "superseded", "pending_confirm"
+
 MEMORY_COLUMNS = (
     "id", "user_id", "type", "key", "polarity", "content", "excerpt", "active", "status",
     "source_session", "source_ts", "source_ids", "confidence", "hits", "last_accessed",
     "created_at", "updated_at", "expires_at", "rule_id", "topics", "superseded_by", "language",
+    "confirm_shown_at", "remove_at",
 )
 
 
@@ -130,6 +142,12 @@ class Store:
         sql = _SELECT + (" where " + " and ".join(where) if where else "") + " order by id"
         return [row_to_memory(r) for r in self.db.execute(sql, args).fetchall()]
 
+    def recall_candidates(self, user_id: str) -> list[dict[str, Any]]:
+        """What recall may show: active memories, and expired ones awaiting a confirmation not yet asked."""
+        return [row_to_memory(r) for r in self.db.execute(
+            _SELECT + " where user_id = ? and (active = 1 or (status = ? and confirm_shown_at is null))"
+                      " order by id", [user_id, PENDING_CONFIRM]).fetchall()]
+
     def get(self, memory_id: int) -> dict[str, Any] | None:
         row = self.db.execute(_SELECT + " where id = ?", [memory_id]).fetchone()
         return row_to_memory(row) if row else None
@@ -159,18 +177,23 @@ class Store:
         # message, and replay imports thousands of them a second.
         user_id, ts = payload["user_id"], int(payload["ts"])
         message_ids = [str(payload["message_id"])] if payload.get("message_id") is not None else []
+        # The slot's current memories: active ones, and an expired one awaiting confirmation
+        # (saying it again confirms it; saying something new replaces it).
         same_slot = [row_to_memory(r) for r in self.db.execute(
-            _SELECT + " where user_id = ? and key = ? and active = 1 order by id", [user_id, candidate["key"]])]
+            _SELECT + " where user_id = ? and key = ? and (active = 1 or status = ?) order by id",
+            [user_id, candidate["key"], PENDING_CONFIRM])]
         for row in same_slot:
             if row["polarity"] == candidate["polarity"] and normalize(row["content"]) == normalize(candidate["content"]):
                 ids = row["source_ids"] + [i for i in message_ids if i not in row["source_ids"]]
+                expires_at = _expiry(candidate, ts)
                 self._update(row["id"], {
+                    "status": ACTIVE, "active": 1, "confirm_shown_at": None, "remove_at": None,
                     "hits": row["hits"] + 1,
                     "confidence": round(min(1.0, max(row["confidence"], candidate["confidence"])
                                             + defaults.CONFIDENCE_STEP), 3),
                     "excerpt": candidate["excerpt"], "source_session": payload.get("session_id"),
                     "source_ts": ts, "source_ids": json.dumps(ids), "updated_at": ts,
-                    "expires_at": _expiry(candidate, ts) or row["expires_at"],
+                    "expires_at": expires_at if expires_at is not None else row["expires_at"],
                 })
                 return "merged"
         values = {
@@ -190,7 +213,7 @@ class Store:
         # A newer statement on the same slot wins: the opposite polarity ("不喜欢" after
         # "喜欢") or a new value for the slot ("lives in Paris" after "lives in Berlin").
         for row in same_slot:
-            self._update(row["id"], {"status": "superseded", "active": 0, "superseded_by": new_id, "updated_at": ts})
+            self._update(row["id"], {"status": SUPERSEDED, "active": 0, "superseded_by": new_id, "updated_at": ts})
         return "superseded" if same_slot else "stored"
 
     def _update(self, memory_id: int, values: dict[str, Any]) -> None:
@@ -208,6 +231,10 @@ class Store:
                 f"update memories set hits = hits + 1, last_accessed = ? where user_id = ? and id in ({marks})",
                 [int(ts), user_id, *ids],
             )
+            # An expired memory awaiting confirmation is shown once: this was the once.
+            self.db.execute(
+                f"update memories set confirm_shown_at = ? where user_id = ? and status = ? "
+                f"and confirm_shown_at is null and id in ({marks})", [int(ts), user_id, PENDING_CONFIRM, *ids])
         return cursor.rowcount
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str) -> int:
@@ -215,15 +242,22 @@ class Store:
         rows = self.memories(user_id, include_inactive=True)
         if match is not None:
             rows = [r for r in rows if matches(r, match)]
-        ids = [r["id"] for r in rows]
+        return self._delete(user_id, [r["id"] for r in rows], ts=ts,
+                            action="forget_all" if match is None else "forget_match", reason=reason)
+
+    def delete_where(self, user_id: str, where: str, args: list, *, ts: int, action: str, reason: str) -> int:
+        """Physically delete the user's memories matching an SQL condition; audit the count."""
+        ids = [r[0] for r in self.db.execute(f"select id from memories where user_id = ? and ({where})",
+                                              [user_id, *args])]
+        return self._delete(user_id, ids, ts=ts, action=action, reason=reason)
+
+    def _delete(self, user_id: str, ids: list[int], *, ts: int, action: str, reason: str) -> int:
         with self.db.atomic():
             if ids:
                 marks = ",".join("?" * len(ids))
                 self.db.execute(f"delete from memories where user_id = ? and id in ({marks})", [user_id, *ids])
-            self.db["audit"].insert({
-                "user_id": user_id, "action": "forget_all" if match is None else "forget_match",
-                "count": len(ids), "at": int(ts), "reason": reason,
-            })
+            self.db.execute("insert into audit (user_id, action, count, at, reason) values (?, ?, ?, ?, ?)",
+                            [user_id, action, len(ids), int(ts), reason])
         if ids and not self.db.conn.in_transaction:
             # Deleted pages leave the WAL too, so the text is gone from every file.
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -542,7 +542,8 @@ def test_rules_test_with_the_shipped_rules():
 @pytest.mark.parametrize("command", [
     pytest.param(lambda url: [MEMO_MW, "worker", "--burst", "--url", url], id="memo-mw-worker"),
     pytest.param(lambda url: [os.path.join(os.path.dirname(MEMO_MW), "rq"), "worker", "--burst", "--url", url,
-                              "--serializer", "rq.serializers.JSONSerializer", "memo"], id="plain-rq-worker"),
+                              "--with-scheduler", "--serializer", "memo_mw.queue.JobSerializer", "memo"],
+                 id="plain-rq-worker"),
 ])
 def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_dir, db, command):
     def chat(environ, start_response):
