@@ -72,3 +72,7 @@ CONFIRM_DAYS = 7
 
 #: Seconds between maintenance runs scheduled by ``rq cron memo_mw.cron``.
 MAINTAIN_INTERVAL = 3600
+
+#: Seconds a captured memory counts as pending (recalled before its job has stored it).
+#: The job drops it once stored; this bounds what a lost job leaves behind.
+PENDING_TTL = 600

@@ -13,16 +13,25 @@ import time
 from typing import Any
 
 from . import maintenance
-from .pipeline import REMEMBER
+from .queue import REMEMBER, pending_key
 from .store import Store, matches
 
 log = logging.getLogger(__name__)
 
 
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
-    """Store the candidates captured from one message (dedup, supersession, expiry)."""
+    """Store the candidates captured from one message (dedup, supersession, expiry).
+
+    Under rq, the payload then leaves the user's pending list: recall reads it from the store.
+    """
     with Store(db) as store:
-        return store.remember(payload)
+        outcomes = store.remember(payload)
+    from rq import get_current_job
+
+    current = get_current_job()
+    if current is not None:
+        current.connection.hdel(pending_key(current.origin, payload["user_id"]), payload["job_key"])
+    return outcomes
 
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:

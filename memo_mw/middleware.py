@@ -41,12 +41,12 @@ from typing import Any
 
 from . import defaults
 from .adapters import Turn, clean_id, inject, read_turn
-from .funnel import Funnel
-from .pipeline import FORGET, REMEMBER, TOUCH, Recaller, remember_payload
-from .queue import Backend, make_backend
+from .funnel import Funnel, FunnelResult
+from .pipeline import Recaller, remember_payload
+from .queue import FORGET, REMEMBER, TOUCH, Backend, make_backend
 from .recall import RecallConfig, format_block
 from .rules import RuleSet, load_rules
-from .store import Store
+from .store import Store, matches
 
 log = logging.getLogger(__name__)
 
@@ -217,8 +217,9 @@ class MemoryMiddleware:
         else:
             environ[ENVIRON_CAPTURE] = result.stage
         forgetting = result if result is not None and result.stage == "forget" else None
+        pending = self._pending(user_id, forgetting)
         try:
-            memories = self.recaller.recall(user_id, turn.message, now=now, forgetting=forgetting)
+            memories = self.recaller.recall(user_id, turn.message, now=now, forgetting=forgetting, pending=pending)
         except Exception:  # e.g. the database became unreadable: no memories, capture still queued
             log.exception("memo-mw: recall failed; request passed through without memories")
             memories = []
@@ -234,7 +235,9 @@ class MemoryMiddleware:
                 new_raw = json.dumps(new_body).encode("ascii")
             environ[ENVIRON_MEMORIES] = memories
             environ[ENVIRON_BLOCK] = block
-            self._enqueue(TOUCH, [self.db, user_id, [m["id"] for m in memories], int(now)])
+            stored_ids = [m["id"] for m in memories if m["id"] is not None]  # pending ones have none yet
+            if stored_ids:
+                self._enqueue(TOUCH, [self.db, user_id, stored_ids, int(now)])
 
         if result is None:
             return new_raw
@@ -247,14 +250,31 @@ class MemoryMiddleware:
             time_key = turn.ts if turn.ts is not None else (turn.message_id or int(now // 60))
             payload = remember_payload(result, user_id=user_id, session_id=turn.session_id, ts=ts,
                                        message_id=turn.message_id, time_key=time_key)
-            self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"])
+            self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=(user_id, payload))
         return new_raw
 
-    def _enqueue(self, func: str, args: list, *, job_id: str | None = None) -> None:
+    def _enqueue(self, func: str, args: list, *, job_id: str | None = None,
+                 pending: tuple[str, dict] | None = None) -> None:
         try:
+            if pending is not None:  # before the enqueue, so the job's drop always comes after
+                self.queue.add_pending(*pending)
             self.queue.enqueue(func, args, job_id=job_id)
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
+
+    def _pending(self, user_id: str, forgetting: FunnelResult | None) -> list[dict]:
+        """The user's captured but not yet stored payloads, less any this message asks to forget."""
+        try:
+            pending = self.queue.pending(user_id)
+            if forgetting is not None and pending:
+                dropped = [p["job_key"] for p in pending if forgetting.forget_match is None
+                           or any(matches(c, forgetting.forget_match) for c in p["candidates"])]
+                self.queue.drop_pending(user_id, None if forgetting.forget_match is None else dropped)
+                pending = [p for p in pending if p["job_key"] not in dropped]
+            return pending
+        except Exception:
+            log.exception("memo-mw: could not read pending memories; recalling stored ones only")
+            return []
 
 
 def _reject_constant(name: str) -> None:

@@ -15,9 +15,6 @@ from .recall import RecallConfig, score
 from .store import Store, matches
 from .text import normalize, stable_id
 
-REMEMBER = "memo_mw.jobs.remember"
-TOUCH = "memo_mw.jobs.touch"
-FORGET = "memo_mw.jobs.forget"
 
 
 def remember_payload(result: FunnelResult, *, user_id: str, session_id: str | None, ts: float,
@@ -52,8 +49,11 @@ class Recaller:
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
 
     def recall(self, user_id: str, message: str, *, now: float, forgetting: FunnelResult | None = None,
-               config: RecallConfig | None = None) -> list[dict[str, Any]]:
-        """Top memories for the message; none of those the message itself asks to forget."""
+               config: RecallConfig | None = None, pending: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+        """Top memories for the message; none of those the message itself asks to forget.
+
+        ``pending``: remember payloads captured but not stored yet (read-your-own-writes).
+        """
         if forgetting is not None and forgetting.forget_scope == "all":
             return []
         try:
@@ -66,7 +66,36 @@ class Recaller:
             store.close()  # a connection that failed is not put back
             raise
         self._pool.put(store)
+        if pending:
+            memories = merge_pending(memories, pending)
         if forgetting is not None and forgetting.forget_match:
             memories = [m for m in memories if not matches(m, forgetting.forget_match)]
         return score(memories, message, now=now, config=config or self.config,
                      recall_all=self.funnel.is_recall_all(message))
+
+
+def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored memories plus the pending ones, as the store will have them once the jobs run.
+
+    A pending statement already stored adds nothing; one on a slot (key) an active stored
+    memory fills replaces it, as the job will. Pending memories have ``id`` None.
+    """
+    memories = list(stored)
+    for payload in sorted(payloads, key=lambda p: p.get("ts") or 0):
+        for c in payload.get("candidates", []):
+            same_slot = [m for m in memories if m["key"] == c["key"] and m.get("status") != "pending_confirm"]
+            if any(m["polarity"] == c["polarity"] and normalize(m["content"]) == normalize(c["content"])
+                   for m in same_slot):
+                continue
+            memories = [m for m in memories if m not in same_slot]
+            ts = int(payload["ts"])
+            memories.append({
+                "id": None, "user_id": payload["user_id"], "type": c["type"], "key": c["key"],
+                "polarity": c["polarity"], "content": c["content"], "excerpt": c["excerpt"],
+                "active": True, "status": "pending", "source_session": payload.get("session_id"),
+                "source_ts": ts, "source_ids": [payload["message_id"]] if payload.get("message_id") else [],
+                "confidence": c["confidence"], "hits": 0, "last_accessed": None, "created_at": ts,
+                "expires_at": int(ts + c["ttl_days"] * 86400) if c.get("ttl_days") else None,
+                "rule_id": c.get("rule_id"), "language": c.get("language"),
+            })
+    return memories

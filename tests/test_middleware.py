@@ -19,7 +19,7 @@ import pytest
 from werkzeug.test import EnvironBuilder
 
 from memo_mw import MemoryMiddleware
-from memo_mw.pipeline import REMEMBER, TOUCH
+from memo_mw.queue import REMEMBER, TOUCH
 from memo_mw.queue import RQBackend
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END
 from memo_mw.rules import load_rules
@@ -68,6 +68,15 @@ class RecordingBackend:
         self.jobs.append((func, args, job_id))
         return True
 
+    def add_pending(self, user_id, payload):
+        pass
+
+    def pending(self, user_id):
+        return []
+
+    def drop_pending(self, user_id, job_keys=None):
+        pass
+
     def close(self):
         pass
 
@@ -80,6 +89,8 @@ class RaisingBackend:
 
     def enqueue(self, func, args, *, job_id=None):
         raise RuntimeError("queue backend exploded")
+
+    add_pending = pending = drop_pending = enqueue
 
     def close(self):
         pass
