@@ -1,37 +1,260 @@
 """Masking of personal data before anything leaves the web process.
 
-What Redis and SQLite see is already masked: e-mail addresses, phone numbers,
-long digit runs (card and ID numbers) and secrets such as API keys are replaced by
-a placeholder, and the rest of the sentence is kept.
+What Redis and SQLite see is already masked, and the rest of the sentence is kept:
+
+* passwords, PINs and one-time codes stated in the text ("my password is hunter2",
+  "我的密码是abc123", "PIN is 4821", "验证码是 582013") keep their words and lose the
+  value -> ``[secret]``;
+* API keys and tokens (``sk-...``, ``ghp_...``, ``xoxb-...``, ``AKIA...``, ``AIza...``,
+  JWTs, the token after ``Bearer``) -> ``[secret]``;
+* e-mail addresses -> ``[email]``;
+* long random hex/base64 strings (32+ characters, letters and digits) -> ``[secret]``;
+* Chinese resident ID numbers whose ISO 7064 MOD 11-2 check character is right -> ``[id]``;
+* Chinese mobile numbers -> ``[phone]``;
+* bank card numbers (13-19 digits, grouped or not) that pass the Luhn check -> ``[card]``;
+* international, Chinese landline and US-style phone numbers -> ``[phone]``.
+
+The patterns run in that order, so a value is masked once, by the most specific rule
+(an ID number is not first eaten by a phone rule, a stated password is ``[secret]``
+whatever it looks like). Digit runs that are none of these (order numbers, years,
+prices, an 18-digit number with a bad check character, a 16-digit number failing Luhn)
+are left as they are. Masking is idempotent: the placeholders match no pattern.
+
+This runs on every user message in the request path, so patterns a message cannot
+match are skipped with cheap tests first (no digit, no "@", no keyword, ...).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import regex
 
-_MASKS: tuple[tuple[str, regex.Pattern], ...] = (
-    ("[email]", regex.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")),
-    ("[secret]", regex.compile(r"\b(?:sk|pk|rk|ghp|gho|xox[abp])[-_][A-Za-z0-9_-]{12,}\b|\bAKIA[0-9A-Z]{16}\b")),
-    ("[id]", regex.compile(r"(?<!\d)\d{17}[\dXx](?![\dA-Za-z])")),
-    ("[phone]", regex.compile(r"(?<![\d+])(?:\+?86[ -]?)?1[3-9]\d[ -]?\d{4}[ -]?\d{4}(?!\d)")),
-    ("[phone]", regex.compile(r"(?<![\w+])\+\d{1,3}[ -]?(?:\(?\d{1,4}\)?[ -]?){2,5}\d{2,4}(?!\d)")),
-    ("[number]", regex.compile(r"(?<!\d)(?:\d[ -]?){12,19}(?!\d)")),
+PLACEHOLDERS = ("[phone]", "[email]", "[id]", "[card]", "[secret]")
+
+_PLACEHOLDER = r"\[(?:phone|email|id|card|secret)\]"
+
+# -- passwords, PINs and codes stated in the text ------------------------------------------
+
+# Words that follow "password is" without being the password ("my password is too weak").
+_NOT_A_PASSWORD = (
+    r"(?:the|a|an|my|your|his|her|our|their|its|this|that|it|too|very|not|no|so|same|different"
+    r"|weak|strong|long|short|easy|hard|simple|secure|safe|wrong|correct|right|changed|expired"
+    r"|required|needed|set|reset|incorrect|invalid|still|also|just|now|in|on|at|for|of|to|and|or"
+    r"|but|being|saved|stored|written|forgotten|lost|hidden|private|secret|protected|something"
+    r"|somewhere|what|which|where|how|why)(?![\w-])"
+)
+# The value: no spaces, no Chinese, no sentence punctuation at its end; 3+ characters.
+_VALUE_END = r"(?=[.,;:!?)\"'“”‘’`]*(?:\s|$|[\p{Han}，。！？；、]))"
+_VALUE = (
+    r"(?P<q>[\"'“‘`]?)"
+    rf"(?![:：=]|{_PLACEHOLDER})"
+    r"(?P<value>[^\s\"'“”‘’`，。！？；、\p{Han}]{3,}?)" + _VALUE_END
+)
+_PASSWORD_EN = regex.compile(
+    r"(?P<head>(?<![A-Za-z])(?:pass(?:word|wd|code|phrase)|pwd)(?![A-Za-z])"
+    # "the password for my bank account is ..."
+    r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w'’.-]+){1,4}?)?"
+    r"(?:\s*[:=：]\s*|\s+(?:is|was)(?:\s+now)?\s+|\s*(?:是|为)\s*))"
+    rf"(?!{_NOT_A_PASSWORD})" + _VALUE,
+    regex.IGNORECASE,
+)
+_PASSWORD_ZH = regex.compile(
+    r"(?P<head>(?:密码|密碼|口令)(?:也|都|还|就|仍然|依然)?"
+    r"(?:是|为|:|：|=|改成了?|改为|换成了?|设为|设成|设置为|设置成)?\s*)" + _VALUE,
+)
+# PINs and one-time codes: the value must hold a digit ("the pin is broken" keeps "broken").
+_CODE = regex.compile(
+    r"(?P<head>(?:(?<![A-Za-z])(?:pin(?:\s*(?:code|number|no\.?))?|otp|(?:verification|security|confirmation"
+    r"|auth(?:entication)?|login|sms|2fa|one[- ]time)\s+code)(?![A-Za-z])|(?<![A-Za-z])pin\s*[码号]"
+    r"|验证码|校验码|动态码|短信码|动态密码)"
+    r"(?:\s*[:=：]\s*|\s+(?:is|was)\s+|\s*(?:是|为)\s*|\s*))"
+    r"(?P<value>(?=[A-Za-z]*[0-9])[A-Za-z0-9]{4,12})(?![A-Za-z0-9])",
+    regex.IGNORECASE,
+)
+# Words one of which (lower-cased) is in every message the patterns above can match.
+_PASSWORD_WORDS = ("pass", "pwd", "密", "口令")
+_CODE_WORDS = ("pin", "otp", "code", "码")
+
+# -- API keys and tokens ---------------------------------------------------------------
+
+_TOKEN = regex.compile(
+    r"(?<![A-Za-z0-9_-])(?:"
+    # OpenAI sk-/sk-proj-, Stripe sk_live_: with a digit or upper case ("sk-learn-..." stays)
+    r"(?:sk|pk|rk)[-_](?=[A-Za-z_-]*[0-9]|[a-z0-9_-]*[A-Z])[A-Za-z0-9_-]{16,}"
+    r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|xox[abpros]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])"  # AWS access key id
+    r"|AIza[0-9A-Za-z_-]{30,}"  # Google API key
+    r"|eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}(?:\.[A-Za-z0-9_-]+)?"  # JWT
+    r")"
+)
+# Every token above holds one of these ("sk-", "pk_", "ghp_", "xoxb-", "AKIA", "AIza", "eyJ").
+_TOKEN_HINTS = ("k-", "_", "xox", "AKIA", "ASIA", "AIza", "eyJ")
+# "Bearer <token>": the word stays, the token goes (it must look like one: 10+ characters
+# with a digit, so "Bearer authentication" stays).
+_BEARER = regex.compile(
+    r"(?P<head>(?<![A-Za-z])(?i:bearer)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{9,}[A-Za-z0-9_~+/-]=*"
+)
+# Long random strings: a run of 32+ hex characters with letters and digits, or of 32+
+# base64/base64url characters with upper case, lower case and digits (a path or a
+# hyphenated phrase has no upper case, a word has no digit); ``_random`` decides. The
+# leftmost match of a greedy run always starts where the run starts, so no lookbehind is
+# needed, and the standard library's ``re`` scans for it several times faster.
+_RUN = re.compile(r"[A-Za-z0-9+/_-]{32,}=*")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+# -- e-mail ----------------------------------------------------------------------------
+
+_EMAIL = regex.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+[@＠](?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![A-Za-z0-9-])"
+)
+
+# -- numbers ---------------------------------------------------------------------------
+
+# Chinese resident ID: region (6), birth date (8), sequence (3), check character.
+_CN_ID = regex.compile(
+    r"(?<![0-9A-Za-z])[1-9][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])"
+    r"[0-9]{3}[0-9Xx](?![0-9A-Za-z])"
+)
+_ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
+_ID_CHECK = "10X98765432"
+
+# Chinese mobile: 1[3-9]x xxxx xxxx, optionally after +86 / 0086 / 86; not a piece of a
+# longer run of digit groups (a card number).
+_CN_MOBILE = regex.compile(
+    r"(?<![0-9A-Za-z+])(?<![0-9][ -])(?:(?:\+|00)?86[ -]?)?1[3-9][0-9][ -]?[0-9]{4}[ -]?[0-9]{4}"
+    r"(?![0-9]|-[0-9])"
+)
+# Bank card: 13-19 digits in one run or in groups split by one kind of separator.
+_CARD = regex.compile(
+    r"(?<![0-9A-Za-z.,+])(?:"
+    r"[1-9][0-9]{12,18}(?![0-9]|[.,][0-9])"
+    r"|[1-9][0-9]{3,5}(?P<sep>[ -])[0-9]{4,6}(?:(?P=sep)[0-9]{3,6}){1,3}(?![0-9]|[.,][0-9])"
+    r")"
+)
+# International: + or 00, country code, then groups; 8-15 digits in all (E.164).
+_INTL_PHONE = regex.compile(
+    r"(?<![0-9A-Za-z+])(?:\+|00)[1-9][0-9]{0,2}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9]{1,4})){2,6}(?![0-9])"
+)
+# Chinese landline with area code: 010-12345678, 0755-1234567, (021) 12345678.
+_CN_LANDLINE = regex.compile(
+    r"(?<![0-9A-Za-z+])(?:\(0[1-9][0-9]{1,2}\)[ -]?|0[1-9][0-9]{1,2}[ -])[0-9]{7,8}(?![0-9]|-[0-9])"
+)
+# US style: 415-555-2671, (415) 555-2671, 415.555.2671, 1-415-555-2671.
+_US_PHONE = regex.compile(
+    r"(?<![0-9A-Za-z+])(?:1[ .-])?(?:\([2-9][0-9]{2}\)\s?|[2-9][0-9]{2}[-.])[2-9][0-9]{2}[-.][0-9]{4}"
+    r"(?![0-9]|[-.][0-9])"
 )
 
 
-_DIGIT = regex.compile(r"\d")
+def _digits(text: str) -> str:
+    return "".join(c for c in text if c.isdigit())
 
 
-def mask_pii(text: str) -> str:
-    """``text`` with e-mails, phone numbers, ID/card numbers and API keys replaced by placeholders."""
-    # Most messages hold no "@" and no digit: skip the patterns that need them (this runs
-    # on every message in the request path).
-    has_at, has_digit = "@" in text, _DIGIT.search(text) is not None
-    for placeholder, pattern in _MASKS:
-        if placeholder == "[email]" and not has_at or placeholder in _NEEDS_DIGIT and not has_digit:
-            continue
-        text = pattern.sub(placeholder, text)
+def is_cn_id(number: str) -> bool:
+    """True when ``number`` (18 characters) has the right ISO 7064 MOD 11-2 check character."""
+    if len(number) != 18 or not number[:17].isdigit():
+        return False
+    total = sum(int(d) * w for d, w in zip(number[:17], _ID_WEIGHTS))
+    return _ID_CHECK[total % 11] == number[17].upper()
+
+
+def luhn_ok(digits: str) -> bool:
+    """True when the digit string passes the Luhn check."""
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        n = int(d)
+        if i % 2:
+            n = n * 2 - 9 if n > 4 else n * 2
+        total += n
+    return total % 10 == 0
+
+
+def _id(match: regex.Match) -> str:
+    return "[id]" if is_cn_id(match.group()) else match.group()
+
+
+def _card(match: regex.Match) -> str:
+    # "4111 1111 1111 1111 123 times": a following group may be another number, so the
+    # longest run of whole groups that is a card wins.
+    text, sep = match.group(), match.group("sep")
+    groups = text.split(sep) if sep else [text]
+    for end in range(len(groups), 0, -1):
+        digits = "".join(groups[:end])
+        if len(digits) < 13:
+            break
+        if len(digits) <= 19 and luhn_ok(digits):
+            return "[card]" + "".join(sep + g for g in groups[end:])
     return text
 
 
-_NEEDS_DIGIT = ("[id]", "[phone]", "[number]")
+def _random(match: re.Match) -> str:
+    run = match.group()
+    chars = set(run.rstrip("="))
+    digit = any(c.isdigit() for c in chars)
+    lower = any(c.islower() for c in chars)
+    upper = any(c.isupper() for c in chars)
+    # Hex may come in dashed groups (a UUID); it needs 32 hex digits.
+    hex_run = chars - {"-"} <= _HEX and len(run) - run.count("-") >= 32
+    if digit and (lower or upper) and hex_run or digit and lower and upper:
+        return "[secret]"
+    return run
+
+
+def _intl_phone(match: regex.Match) -> str:
+    text = match.group()
+    n = len(_digits(text)) - (2 if text.startswith("00") else 0)
+    return "[phone]" if 8 <= n <= 15 else text
+
+
+_Mask = tuple[regex.Pattern | re.Pattern, str | Callable[[regex.Match], str]]
+_KEEP_HEAD = r"\g<head>\g<q>[secret]"
+
+# In the order they run; each group runs only when a cheap test on the message says it
+# can match.
+_PASSWORDS: tuple[_Mask, ...] = ((_PASSWORD_EN, _KEEP_HEAD), (_PASSWORD_ZH, _KEEP_HEAD))
+_CODES: tuple[_Mask, ...] = ((_CODE, r"\g<head>[secret]"),)
+_TOKENS: tuple[_Mask, ...] = ((_TOKEN, "[secret]"),)
+_BEARERS: tuple[_Mask, ...] = ((_BEARER, r"\g<head>[secret]"),)
+_EMAILS: tuple[_Mask, ...] = ((_EMAIL, "[email]"),)
+_RANDOMS: tuple[_Mask, ...] = ((_RUN, _random),)
+_NUMBERS: tuple[_Mask, ...] = (
+    (_CN_ID, _id),
+    (_CN_MOBILE, "[phone]"),
+    (_CARD, _card),
+    (_INTL_PHONE, _intl_phone),
+    (_CN_LANDLINE, "[phone]"),
+    (_US_PHONE, "[phone]"),
+)
+
+_DIGIT = regex.compile(r"[0-9]")
+# Every ID, card and phone number holds 7+ digits with at most two separators between two.
+_DIGIT_RUN = regex.compile(r"[0-9](?:[ ().+-]{0,2}[0-9]){6}")
+
+
+def mask_pii(text: str) -> str:
+    """``text`` with passwords, secrets, e-mails, ID/card and phone numbers replaced by placeholders."""
+    # Most messages hold no digit, no "@" and none of the keywords: skip the patterns that
+    # need them (this runs on every message in the request path).
+    has_digit = _DIGIT.search(text) is not None
+    lower = text.lower()
+    masks: list[_Mask] = []
+    if any(word in lower for word in _PASSWORD_WORDS):
+        masks.extend(_PASSWORDS)
+    if has_digit and any(word in lower for word in _CODE_WORDS):
+        masks.extend(_CODES)
+    if any(hint in text for hint in _TOKEN_HINTS):
+        masks.extend(_TOKENS)
+    if "bearer" in lower:
+        masks.extend(_BEARERS)
+    if "@" in text or "＠" in text:
+        masks.extend(_EMAILS)
+    if has_digit and len(text) >= 32:
+        masks.extend(_RANDOMS)
+    if has_digit and _DIGIT_RUN.search(text) is not None:
+        masks.extend(_NUMBERS)
+    for pattern, replacement in masks:
+        text = pattern.sub(replacement, text)
+    return text
