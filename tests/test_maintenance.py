@@ -82,19 +82,23 @@ def test_saying_an_expired_task_again_confirms_it(db, funnel, task):
     assert memory["status"] == "active" and memory["expires_at"] > T0 + 61 * DAY and memory["remove_at"] is None
 
 
-def test_contradictions_are_resolved_by_time(db, funnel):
-    say(db, funnel, "我喜欢喝咖啡", T0)
-    say(db, funnel, "I like jazz", T0 + 10)
+@pytest.mark.parametrize("statement, contrary, other", [
+    pytest.param("我喜欢喝咖啡", "不喜欢喝咖啡", "I like jazz", id="zh"),
+    pytest.param("I like jazz", "dislikes jazz", "我喜欢喝咖啡", id="en"),
+])
+def test_contradictions_are_resolved_by_time(db, funnel, statement, contrary, other):
+    say(db, funnel, statement, T0)
+    say(db, funnel, other, T0 + 10)
+    (first,) = [m for m in Store(db).memories("u") if m["source_ts"] == T0]
     # Two workers racing can leave both polarities active: write the second one behind the store's back.
-    conn = sqlite3.connect(db)
-    conn.execute("insert into memories (user_id, type, key, polarity, content, excerpt, source_ts, status, active,"
-                 " hits, created_at, confidence) select user_id, type, key, -polarity, '不喜欢喝咖啡', excerpt, ?,"
-                 " 'active', 1, 0, ?, confidence from memories where content = '喜欢喝咖啡'", [T0 + 5, T0 + 5])
-    conn.commit()
+    with sqlite3.connect(db) as conn:
+        conn.execute("insert into memories (user_id, type, key, polarity, content, excerpt, source_ts, status,"
+                     " active, hits, created_at, confidence) values ('u', ?, ?, ?, ?, '', ?, 'active', 1, 0, ?, 0.7)",
+                     [first["type"], first["key"], -first["polarity"], contrary, T0 + 5, T0 + 5])
     assert jobs.maintain(db, T0 + 100)["resolved"] == 1
     active = {m["content"] for m in Store(db).memories("u")}
-    assert active == {"不喜欢喝咖啡", "likes jazz"}
-    old = next(m for m in Store(db).memories("u", include_inactive=True) if m["content"] == "喜欢喝咖啡")
+    assert active == {contrary, next(m["content"] for m in Store(db).memories("u") if m["source_ts"] == T0 + 10)}
+    old = Store(db).get(first["id"])
     assert old["status"] == "superseded" and old["superseded_by"] is not None
     assert jobs.maintain(db, T0 + 200)["resolved"] == 0
 
