@@ -29,9 +29,11 @@ STAGES = ("forget", "no_trigger", "too_long", "negative", "sensitive", "unusable
 
 # A sentence ends at CJK or Latin terminal punctuation or a newline (a period only
 # before whitespace, so "3.5" stays whole); a comma before "but"/"但是" also starts a new
-# clause, so "I like jazz, but I hate country" yields two statements.
+# clause, so "I like jazz, but I hate country" yields two statements; so does a comma before
+# "and I" / 而我, so "My boss likes golf, and I like tennis" keeps the user's own statement.
 _SPLIT = regex.compile(
-    r"(?<=[。！？!?；;])|\n|(?<=\.)(?=\s)|[,，]\s*(?=(?:but|however|though|although)\b|但|不过|可是)",
+    r"(?<=[。！？!?；;])|\n|(?<=\.)(?=\s)|[,，]\s*(?=(?:but|however|though|although)\b|但|不过|可是)"
+    r"|[,，]\s*(?=and\s+I\b|而我|我自己)",
     regex.IGNORECASE | regex.V1,
 )
 # Edge punctuation, except the brackets of PII placeholders such as "[email]".
@@ -280,7 +282,8 @@ class Funnel:
 
     def _compress(self, hit: _Hit) -> Candidate | None:
         rule_file, trigger = hit.rule_file, hit.trigger
-        values = {name: self._tidy(value or "", rule_file, particles=(name == "what"))
+        values = {name: self._tidy(value or "", rule_file, particles=(name == "what"),
+                                   pronouns=trigger.pronouns)
                   for name, value in hit.match.groupdict().items()}
         if any(not values.get(name) for name in trigger.summary_fields):
             return None  # a group the summary needs captured nothing
@@ -297,7 +300,7 @@ class Funnel:
         )
 
     @staticmethod
-    def _tidy(value: str, rule_file: RuleFile, *, particles: bool) -> str:
+    def _tidy(value: str, rule_file: RuleFile, *, particles: bool, pronouns: bool) -> str:
         """Edge punctuation (and, for the remembered phrase, trailing particles) off; first person to third."""
         value = _EDGE_PUNCT.sub("", value.strip())
         changed = particles
@@ -307,7 +310,7 @@ class Funnel:
                 if _ends_with_particle(value, particle):
                     value = _EDGE_PUNCT.sub("", value[: -len(particle)])
                     changed = True
-        for pattern, replacement in rule_file.pronouns:
+        for pattern, replacement in rule_file.pronouns if pronouns else ():
             value = pattern.sub(replacement, value)
         return value
 

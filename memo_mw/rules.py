@@ -32,7 +32,8 @@ _TOP_KEYS = {
     "version", "language", "max_length", "max_capture", "fillers", "trailing", "key_prefixes",
     "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive",
 }
-_TRIGGER_KEYS = {"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days", "examples"}
+_TRIGGER_KEYS = {"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days", "examples",
+                 "pronouns"}
 _GATE_KEYS = {"id", "pattern", "reason", "scope", "examples"}
 
 
@@ -88,6 +89,7 @@ class Trigger:
     language: str
     source: str
     examples: Examples = None
+    pronouns: bool = True  # apply the file's pronoun map ("give me short answers" keeps its "me")
 
 
 @dataclass(frozen=True)
@@ -414,6 +416,10 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < 1e6):
         report(node, rule_id, f"ttl_days must be a positive number, not {ttl!r}", key="ttl_days")
         ok = False
+    pronouns = node.get("pronouns", True)
+    if not isinstance(pronouns, bool):
+        report(node, rule_id, f"pronouns must be true or false, not {pronouns!r}", key="pronouns")
+        ok = False
     summary = node.get("summary")
     key = node.get("key", "{what}")
     summary_fields: tuple[str, ...] = ()
@@ -434,7 +440,7 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
         return None
     return Trigger(
         id=rule_id, pattern=pattern, type=mem_type, polarity=polarity, summary=summary, key=key,
-        summary_fields=summary_fields,
+        summary_fields=summary_fields, pronouns=pronouns is not False,
         confidence=float(confidence), ttl_days=float(ttl) if ttl is not None else None,
         language=rule_file.language, source=rule_file.path, examples=_examples(node, rule_id, report),
     )

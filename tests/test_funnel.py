@@ -162,3 +162,32 @@ def test_key_prefixes_put_a_thing_in_one_slot(tmp_path):
     assert [(c.key, c.content) for c in keys] == [
         ("咖啡", "喜欢喝咖啡"), ("咖啡", "不喝咖啡"), ("coffee", "likes drinking coffee"),
         ("jazz", "likes listening to jazz"), ("drinkingwater", "likes drinkingwater")]
+
+
+
+def test_a_rule_may_keep_first_person(tmp_path):
+    funnel = funnel_of(tmp_path, en=r"""
+        language: en
+        pronouns: {me: them}
+        triggers:
+          - {id: en.style, pattern: 'from now on (?P<what>give me [\w ]+)', type: style,
+             summary: 'answer style: {what}', pronouns: false}
+          - {id: en.like, pattern: 'I like (?P<what>[\w ]+)', type: preference, summary: 'likes {what}'}
+    """)
+    (style,) = funnel.process("from now on give me short answers").candidates
+    assert style.content == "answer style: give me short answers"
+    (like,) = funnel.process("I like people who call me").candidates
+    assert like.content == "likes people who call them"
+
+
+def test_and_i_starts_the_users_own_statement(tmp_path):
+    funnel = funnel_of(tmp_path, en=r"""
+        language: en
+        negative:
+          - {id: en.other, pattern: '^my boss'}
+        triggers:
+          - {id: en.like, pattern: '\bI like (?P<what>[\w ]+)|\blikes (?P<what>[\w ]+)', type: preference,
+             summary: 'likes {what}'}
+    """)
+    assert [c.content for c in funnel.process("My boss likes golf, and I like tennis").candidates] == \
+        ["likes tennis"]
