@@ -34,7 +34,7 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: The counts ``replay`` prints, in this order: input lines, then each funnel stage, then
 #: what the store did with the captured ones.
 REPLAY_COUNTS = ("lines", "invalid", "not_user", *STAGES, "stored", "merged", "superseded", "duplicate_job",
-                 "forgotten")
+                 "discarded", "forgotten")
 
 #: Lines per transaction in ``replay``: one commit per line would cap it at a few hundred a second.
 REPLAY_BATCH = 500

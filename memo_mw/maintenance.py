@@ -24,7 +24,7 @@ from .store import ACTIVE, PENDING_CONFIRM, SUPERSEDED, Store
 def maintain(store: Store, *, now: int, confirm_days: float = defaults.CONFIRM_DAYS) -> dict[str, int]:
     """Apply expiry, removal and consistency to every user; return how many memories each step changed."""
     db = store.db
-    with db.atomic():
+    with store.write():
         expired = db.execute(
             "update memories set status = ?, active = 0, remove_at = ?, confirm_shown_at = null, updated_at = ? "
             "where status = ? and expires_at is not null and expires_at <= ?",

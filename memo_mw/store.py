@@ -10,9 +10,12 @@ Times are integer epoch seconds. ``active`` is 1 only while ``status`` is ``acti
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sqlite3
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ import sqlite_utils
 from . import defaults
 from .exceptions import StoreError
 from .text import normalize, tokens
+
+log = logging.getLogger(__name__)
 
 migrations = sqlite_utils.Migrations("memo_mw")
 
@@ -76,7 +81,7 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Databas
         if path != ":memory:" and not readonly:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit transactions; every write is in an explicit
-        # db.atomic() block or is a single statement.
+        # Store.write() block or is a single statement.
         # Read-only opens never create the file: the web process must not write, not even that.
         target = f"{Path(path).resolve().as_uri()}?mode=ro" if readonly and path != ":memory:" else path
         conn = sqlite3.connect(target, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
@@ -154,6 +159,26 @@ class Store:
 
     # -- writes (the worker's) -------------------------------------------------------
 
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        """A write transaction that takes the write lock up front (BEGIN IMMEDIATE).
+
+        A deferred transaction that reads, then writes, fails at once with "database is
+        locked" when another writer got there first; an immediate one waits out the busy
+        timeout instead. Inside an open transaction (a replay batch) it is a savepoint.
+        """
+        if self.db.conn.in_transaction:
+            with self.db.atomic():
+                yield
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.conn.rollback()
+            raise
+        self.db.execute("COMMIT")
+
     def remember(self, payload: dict[str, Any]) -> list[str]:
         """Apply one captured message: each candidate is stored, merged or supersedes an older memory.
 
@@ -161,11 +186,17 @@ class Store:
         ``["duplicate_job"]`` when this job key was applied before.
         """
         job_key = payload.get("job_key")
-        with self.db.atomic():
+        with self.write():
             if job_key and self.db.execute(
                 "select 1 from processed_jobs where job_key = ?", [job_key]
             ).fetchone():
                 return ["duplicate_job"]
+            # Said before the user asked to forget everything (a job that was slow, retried or
+            # replayed late): the user's wish wins.
+            forgot_all = self.db.execute("select max(at) from audit where user_id = ? and action = 'forget_all'",
+                                         [payload["user_id"]]).fetchone()[0]
+            if forgot_all is not None and forgot_all >= int(payload["ts"]):
+                return ["discarded"] * len(payload.get("candidates", []))
             outcomes = [self._remember_one(payload, c) for c in payload.get("candidates", [])]
             if job_key:
                 self.db.execute("insert into processed_jobs (job_key, processed_at) values (?, ?)",
@@ -226,7 +257,7 @@ class Store:
         if not ids:
             return 0
         marks = ",".join("?" * len(ids))
-        with self.db.atomic():
+        with self.write():
             cursor = self.db.execute(
                 f"update memories set hits = hits + 1, last_accessed = ? where user_id = ? and id in ({marks})",
                 [int(ts), user_id, *ids],
@@ -239,29 +270,50 @@ class Store:
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str) -> int:
         """Physically delete the user's memories (all, or those matching ``match``); audit the count."""
-        rows = self.memories(user_id, include_inactive=True)
-        if match is not None:
-            rows = [r for r in rows if matches(r, match)]
-        return self._delete(user_id, [r["id"] for r in rows], ts=ts,
-                            action="forget_all" if match is None else "forget_match", reason=reason)
+        with self.write():
+            rows = self.memories(user_id, include_inactive=True)
+            if match is not None:
+                rows = [r for r in rows if matches(r, match)]
+            count = self._delete(user_id, [r["id"] for r in rows], ts=ts,
+                                 action="forget_all" if match is None else "forget_match", reason=reason)
+        self._checkpoint(count)
+        return count
 
     def delete_where(self, user_id: str, where: str, args: list, *, ts: int, action: str, reason: str) -> int:
-        """Physically delete the user's memories matching an SQL condition; audit the count."""
-        ids = [r[0] for r in self.db.execute(f"select id from memories where user_id = ? and ({where})",
-                                              [user_id, *args])]
-        return self._delete(user_id, ids, ts=ts, action=action, reason=reason)
+        """Physically delete the user's memories matching an SQL condition; audit the count.
+
+        The condition is read and acted on in one transaction: a memory confirmed meanwhile stays.
+        """
+        with self.write():
+            ids = [r[0] for r in self.db.execute(f"select id from memories where user_id = ? and ({where})",
+                                                  [user_id, *args])]
+            count = self._delete(user_id, ids, ts=ts, action=action, reason=reason)
+        self._checkpoint(count)
+        return count
 
     def _delete(self, user_id: str, ids: list[int], *, ts: int, action: str, reason: str) -> int:
-        with self.db.atomic():
-            if ids:
-                marks = ",".join("?" * len(ids))
-                self.db.execute(f"delete from memories where user_id = ? and id in ({marks})", [user_id, *ids])
-            self.db.execute("insert into audit (user_id, action, count, at, reason) values (?, ?, ?, ?, ?)",
-                            [user_id, action, len(ids), int(ts), reason])
-        if ids and not self.db.conn.in_transaction:
-            # Deleted pages leave the WAL too, so the text is gone from every file.
-            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if ids:
+            marks = ",".join("?" * len(ids))
+            self.db.execute(f"delete from memories where user_id = ? and id in ({marks})", [user_id, *ids])
+        self.db.execute("insert into audit (user_id, action, count, at, reason) values (?, ?, ?, ?, ?)",
+                        [user_id, action, len(ids), int(ts), reason])
         return len(ids)
+
+    def _checkpoint(self, deleted: int, attempts: int = 20) -> None:
+        """Copy the WAL into the database and truncate it, so deleted text is in no file.
+
+        A reader in the middle of a transaction can hold the checkpoint back: try again
+        briefly, and say so if the WAL still holds old pages.
+        """
+        if not deleted or self.db.conn.in_transaction:
+            return
+        for _ in range(attempts):
+            busy, _, _ = self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy:
+                return
+            time.sleep(0.05)
+        log.warning("memo-mw: the WAL of %s could not be truncated after a deletion (a reader held it); "
+                    "the next checkpoint will clear it", self.path)
 
 
 def matches(memory: dict[str, Any], phrase: str) -> bool:

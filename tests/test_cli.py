@@ -151,7 +151,7 @@ LOG = [
 EXPECTED = {
     "lines": 16, "invalid": 2, "not_user": 1, "forget": 1, "no_trigger": 1, "too_long": 1, "negative": 1,
     "sensitive": 1, "unusable": 1, "captured": 7, "stored": 4, "merged": 1, "superseded": 1,
-    "duplicate_job": 1, "forgotten": 1,
+    "duplicate_job": 1, "discarded": 0, "forgotten": 1,
 }
 
 
@@ -252,7 +252,7 @@ def test_replay_throughput_and_counts_on_2000_lines(tmp_path, rules_dir, db, cap
         # per user: block 1 stores jazz, tea and tennis, and the dislike supersedes the like;
         # blocks 2-4 each supersede twice (like over dislike, dislike over like), merge the
         # tea and store a tennis round, which the next line forgets.
-        "stored": 50 * (3 + 3 * 1), "merged": 50 * 3, "superseded": 50 * (1 + 3 * 2), "duplicate_job": 0,
+        "stored": 50 * (3 + 3 * 1), "merged": 50 * 3, "superseded": 50 * (1 + 3 * 2), "duplicate_job": 0, "discarded": 0,
         "forgotten": 200,
     }
     active, everything = memories(db), memories(db, "--all")

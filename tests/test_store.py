@@ -118,3 +118,26 @@ def test_busy_timeout_on_every_connection(db):
     for readonly in (False, True):
         with Store(db, readonly=readonly) as store:
             assert store.db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+
+
+def test_a_statement_older_than_forget_everything_is_discarded(db):
+    with Store(db) as store:
+        store.forget("u1", ts=1_700_000_500, reason="user request")
+        assert store.remember(payload("likes jazz", "jazz", ts=1_700_000_400, job_key="late")) == ["discarded"]
+        assert store.remember(payload("likes jazz", "jazz", ts=1_700_000_600, job_key="new")) == ["stored"]
+        assert store.remember(payload("likes tea", "tea", user="u2", ts=1_700_000_400)) == ["stored"]
+
+
+def test_a_writer_waits_for_another_instead_of_failing(db):
+    import threading
+    import time
+
+    Store(db).close()
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # another worker in the middle of a write
+    threading.Timer(0.4, lambda: holder.execute("COMMIT")).start()
+    started = time.monotonic()
+    with Store(db) as store:
+        assert store.remember(payload("likes tea", "tea")) == ["stored"]
+    assert time.monotonic() - started >= 0.3  # it waited (busy timeout) rather than raising
+    holder.close()
