@@ -28,6 +28,7 @@ from .pipeline import Recaller, remember_payload
 from .recall import RecallConfig
 from .rules import check_rules, load_rules
 from .store import Store
+from .userstate import UserState, forget_marker
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -295,9 +296,9 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now:
 
         def ranked(u: str, q: str, kk: int, clock: float | None) -> list[dict]:
             # Exactly the middleware's recall, forget requests in the query included.
-            result = funnel.process(q)
-            return recaller.recall(u, q, now=time.time() if clock is None else clock,
-                                   forgetting=result if result.stage == "forget" else None,
+            result, clock = funnel.process(q), time.time() if clock is None else clock
+            forgets = [forget_marker(result.forget_match, clock)] if result.stage == "forget" else []
+            return recaller.recall(u, q, now=clock, state=UserState([], forgets, set()),
                                    config=RecallConfig(k=kk, budget=budget))
 
         if batch is None:
@@ -322,11 +323,29 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now:
 @db_option
 @click.option("--user", required=True, help="Whose memories to delete.")
 @click.option("--match", default=None, help="Only memories matching this text (default: all of them).")
-def forget(db: str, user: str, match: str | None) -> None:
-    """Physically delete a user's memories (all, or those matching --match)."""
+@click.option("--url", envvar="MEMO_REDIS_URL", default=None,
+              help="Redis of the middleware (env MEMO_REDIS_URL): also forget the user's pending memories "
+                   "and waiting jobs there.")
+@click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True, help="The jobs' queue.")
+def forget(db: str, user: str, match: str | None, url: str | None, queue_name: str) -> None:
+    """Physically delete a user's memories (all, or those matching --match); never another user's."""
+    now = int(time.time())
     with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
-        count = store.forget(user, match=match, ts=int(time.time()), reason="cli")
-    click.echo(f"deleted {count} memories of {user}")
+        count = store.forget(user, match=match, ts=now, reason="cli")
+    message = f"deleted {count} memories of {user}"
+    if url:
+        import redis
+        from rq import Queue
+
+        from .jobs import forget_waiting
+
+        try:
+            queue = Queue(queue_name, connection=redis.Redis.from_url(url), serializer=defaults.SERIALIZER)
+            changed = forget_waiting(queue, user, forget_marker(match, now))
+        except (redis.RedisError, ValueError) as exc:
+            raise click.ClickException(f"{message}, but could not reach Redis at {url}: {exc}") from exc
+        message += f"; {changed} waiting jobs changed in Redis"
+    click.echo(message)
 
 
 @main.command()

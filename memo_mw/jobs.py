@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 from . import maintenance
-from .queue import REMEMBER, pending_key
-from .store import Store, matches
+from .queue import REMEMBER
+from .store import Store
+from .userstate import RedisUserState, forget_marker, without_forgotten
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +23,17 @@ log = logging.getLogger(__name__)
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
     """Store the candidates captured from one message (dedup, supersession, expiry).
 
-    Under rq, the payload then leaves the user's pending list: recall reads it from the store.
+    Under rq, what a forget request made after the message names is left out (the forget
+    may have run while this job waited or ran), and the payload then leaves the user's
+    pending list: recall reads it from the store.
     """
+    state = _user_state()
+    kept = without_forgotten(payload, state.read(payload["user_id"]).forgets) if state else payload
     with Store(db) as store:
-        outcomes = store.remember(payload)
-    from rq import get_current_job
-
-    current = get_current_job()
-    if current is not None:
-        current.connection.hdel(pending_key(current.origin, payload["user_id"]), payload["job_key"])
+        outcomes = store.remember(kept)
+    outcomes += ["discarded"] * (len(payload.get("candidates", [])) - len(kept.get("candidates", [])))
+    if state:
+        state.drop_pending(payload["user_id"], payload["job_key"])
     return outcomes
 
 
@@ -44,14 +47,19 @@ def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "use
     """Delete the user's memories, all or those matching ``match``, physically.
 
     Under rq, the user's ``remember`` jobs still waiting in Redis (queued, scheduled for a
-    retry, or failed) are deleted too: they hold the text being forgotten, and a queued
-    one would otherwise store it again.
+    retry, or failed) lose what the request names too: they hold the text being forgotten,
+    and would otherwise store it again.
     """
     with Store(db) as store:
         count = store.forget(user_id, match=match, ts=ts, reason=reason)
-    purged = purge_waiting_jobs(user_id, match)
-    if purged:
-        log.info("memo-mw: forget removed %d waiting remember jobs of a user from Redis", purged)
+    current = _current_job()
+    if current is not None:
+        from rq import Queue
+
+        queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
+        changed = forget_waiting(queue, user_id, forget_marker(match, ts))
+        if changed:
+            log.info("memo-mw: forget changed %d waiting remember jobs of a user in Redis", changed)
     return count
 
 
@@ -63,17 +71,19 @@ def maintain(db: str, now: float | None = None) -> dict[str, int]:
     return counts
 
 
-def purge_waiting_jobs(user_id: str, match: str | None) -> int:
-    """Delete this user's waiting ``remember`` jobs from the queue the current rq job came from."""
-    from rq import Queue, get_current_job
+def forget_waiting(queue: Any, user_id: str, forget: dict[str, Any]) -> int:
+    """Take what a forget request names out of the user's waiting remember jobs and pending list.
 
-    current = get_current_job()
-    if current is None:  # the in-process thread: nothing waits in Redis
-        return 0
-    queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
+    A job left with nothing to store is deleted; one with other statements keeps them.
+    Returns how many jobs changed.
+    """
+    state = RedisUserState(queue.connection, queue.name)
+    state.add_forget(user_id, forget)
+    for payload in state.read(user_id).pending:
+        state.put_pending(user_id, without_forgotten(payload, [forget]))
     waiting = {*queue.job_ids, *queue.scheduled_job_registry.get_job_ids(),
                *queue.failed_job_registry.get_job_ids()}
-    purged = 0
+    changed = 0
     for job_id in waiting:
         job = queue.fetch_job(job_id)
         if job is None or job.func_name != REMEMBER or len(job.args) < 2:
@@ -81,7 +91,25 @@ def purge_waiting_jobs(user_id: str, match: str | None) -> int:
         payload = job.args[1]
         if payload.get("user_id") != user_id:
             continue
-        if match is None or any(matches(c, match) for c in payload.get("candidates", [])):
+        kept = without_forgotten(payload, [forget])
+        if kept["candidates"] == payload.get("candidates"):
+            continue
+        if kept["candidates"]:
+            job.args = [job.args[0], kept]
+            job.save()
+        else:
             job.delete()
-            purged += 1
-    return purged
+        changed += 1
+    return changed
+
+
+def _current_job() -> Any:
+    from rq import get_current_job
+
+    return get_current_job()
+
+
+def _user_state() -> RedisUserState | None:
+    """The short-lived user state of the queue the current rq job came from (None outside rq)."""
+    current = _current_job()
+    return RedisUserState(current.connection, current.origin) if current is not None else None

@@ -41,12 +41,13 @@ from typing import Any
 
 from . import defaults
 from .adapters import Turn, clean_id, inject, read_turn
-from .funnel import Funnel, FunnelResult
+from .funnel import Funnel
 from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, TOUCH, Backend, make_backend
 from .recall import RecallConfig, format_block
 from .rules import RuleSet, load_rules
-from .store import Store, matches
+from .store import Store
+from .userstate import EMPTY, UserState, forget_marker, without_forgotten
 
 log = logging.getLogger(__name__)
 
@@ -216,10 +217,12 @@ class MemoryMiddleware:
             result = None
         else:
             environ[ENVIRON_CAPTURE] = result.stage
-        forgetting = result if result is not None and result.stage == "forget" else None
-        pending = self._pending(user_id, forgetting)
+        ts = turn.ts if turn.ts is not None else now
+        state = self._user_state(user_id)
+        if result is not None and result.stage == "forget":
+            state = self._note_forget(user_id, forget_marker(result.forget_match, ts), state)
         try:
-            memories = self.recaller.recall(user_id, turn.message, now=now, forgetting=forgetting, pending=pending)
+            memories = self.recaller.recall(user_id, turn.message, now=now, state=state)
         except Exception:  # e.g. the database became unreadable: no memories, capture still queued
             log.exception("memo-mw: recall failed; request passed through without memories")
             memories = []
@@ -238,10 +241,12 @@ class MemoryMiddleware:
             stored_ids = [m["id"] for m in memories if m["id"] is not None]  # pending ones have none yet
             if stored_ids:
                 self._enqueue(TOUCH, [self.db, user_id, stored_ids, int(now)])
+            asked = [m["id"] for m in memories if m.get("status") == "pending_confirm"]
+            if asked:  # asked once: not again, even before the touch job records it
+                self._state_call("add_shown", user_id, asked)
 
         if result is None:
             return new_raw
-        ts = turn.ts if turn.ts is not None else now
         if result.stage == "forget":
             self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request"])
         if result.candidates:
@@ -250,31 +255,41 @@ class MemoryMiddleware:
             time_key = turn.ts if turn.ts is not None else (turn.message_id or int(now // 60))
             payload = remember_payload(result, user_id=user_id, session_id=turn.session_id, ts=ts,
                                        message_id=turn.message_id, time_key=time_key)
-            self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=(user_id, payload))
+            # Pending before the enqueue, so the job's drop always comes after.
+            self._state_call("put_pending", user_id, payload)
+            self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"])
         return new_raw
 
-    def _enqueue(self, func: str, args: list, *, job_id: str | None = None,
-                 pending: tuple[str, dict] | None = None) -> None:
+    def _enqueue(self, func: str, args: list, *, job_id: str | None = None) -> None:
         try:
-            if pending is not None:  # before the enqueue, so the job's drop always comes after
-                self.queue.add_pending(*pending)
             self.queue.enqueue(func, args, job_id=job_id)
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
 
-    def _pending(self, user_id: str, forgetting: FunnelResult | None) -> list[dict]:
-        """The user's captured but not yet stored payloads, less any this message asks to forget."""
+    def _state_call(self, method: str, *args: Any) -> None:
         try:
-            pending = self.queue.pending(user_id)
-            if forgetting is not None and pending:
-                dropped = [p["job_key"] for p in pending if forgetting.forget_match is None
-                           or any(matches(c, forgetting.forget_match) for c in p["candidates"])]
-                self.queue.drop_pending(user_id, None if forgetting.forget_match is None else dropped)
-                pending = [p for p in pending if p["job_key"] not in dropped]
-            return pending
+            getattr(self.queue.state, method)(*args)
         except Exception:
-            log.exception("memo-mw: could not read pending memories; recalling stored ones only")
-            return []
+            log.exception("memo-mw: could not update the user's pending state (%s)", method)
+
+    def _user_state(self, user_id: str) -> UserState:
+        try:
+            return self.queue.state.read(user_id)
+        except Exception:
+            log.exception("memo-mw: could not read the user's pending state; recalling stored memories only")
+            return EMPTY
+
+    def _note_forget(self, user_id: str, forget: dict, state: UserState) -> UserState:
+        """Record a forget request for recall and the jobs; take what it names out of pending payloads."""
+        self._state_call("add_forget", user_id, forget)
+        pending = []
+        for payload in state.pending:
+            kept = without_forgotten(payload, [forget])
+            if kept["candidates"] != payload["candidates"]:
+                self._state_call("put_pending", user_id, kept)
+            if kept["candidates"]:
+                pending.append(kept)
+        return state._replace(pending=pending, forgets=[*state.forgets, forget])
 
 
 def _reject_constant(name: str) -> None:

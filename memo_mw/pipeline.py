@@ -12,7 +12,8 @@ from typing import Any
 
 from .funnel import Funnel, FunnelResult
 from .recall import RecallConfig, score
-from .store import Store, matches
+from .store import Store
+from .userstate import EMPTY, UserState, forgotten
 from .text import normalize, stable_id
 
 
@@ -48,14 +49,14 @@ class Recaller:
         self.config = config
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
 
-    def recall(self, user_id: str, message: str, *, now: float, forgetting: FunnelResult | None = None,
-               config: RecallConfig | None = None, pending: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
-        """Top memories for the message; none of those the message itself asks to forget.
+    def recall(self, user_id: str, message: str, *, now: float, state: UserState = EMPTY,
+               config: RecallConfig | None = None) -> list[dict[str, Any]]:
+        """Top memories for the message, from the store and the user's short-lived state.
 
-        ``pending``: remember payloads captured but not stored yet (read-your-own-writes).
+        Pending payloads are merged in (read-your-own-writes); whatever a recent forget
+        request names is left out, from the request that asks until long after its job has
+        run; an expired memory already asked about is not asked about again.
         """
-        if forgetting is not None and forgetting.forget_scope == "all":
-            return []
         try:
             store = self._pool.get_nowait()
         except queue.Empty:
@@ -66,10 +67,12 @@ class Recaller:
             store.close()  # a connection that failed is not put back
             raise
         self._pool.put(store)
-        if pending:
-            memories = merge_pending(memories, pending)
-        if forgetting is not None and forgetting.forget_match:
-            memories = [m for m in memories if not matches(m, forgetting.forget_match)]
+        if state.pending:
+            memories = merge_pending(memories, state.pending)
+        if state.forgets:
+            memories = [m for m in memories if not forgotten(m, state.forgets)]
+        if state.shown:
+            memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
         return score(memories, message, now=now, config=config or self.config,
                      recall_all=self.funnel.is_recall_all(message))
 

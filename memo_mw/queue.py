@@ -15,10 +15,10 @@ import logging
 import pickle
 import queue as stdlib_queue
 import threading
-import time
 from typing import Any, Protocol
 
 from . import defaults
+from .userstate import LocalUserState, RedisUserState
 
 #: The jobs the middleware enqueues, by dotted path (functions in memo_mw.jobs).
 REMEMBER = "memo_mw.jobs.remember"
@@ -29,24 +29,13 @@ log = logging.getLogger(__name__)
 
 
 class Backend(Protocol):
+    #: The short-lived per-user state shared with the jobs (memo_mw.userstate).
+    state: RedisUserState | LocalUserState
+
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
         """Queue ``func(*args)``; False when it was not queued (duplicate id)."""
 
-    # Read-your-own-writes: a remember payload is "pending" from its enqueue until its job
-    # has stored it (or PENDING_TTL has passed), and recall merges pending memories in.
-    def add_pending(self, user_id: str, payload: dict[str, Any]) -> None: ...
-
-    def pending(self, user_id: str) -> list[dict[str, Any]]: ...
-
-    def drop_pending(self, user_id: str, job_keys: list[str] | None = None) -> None:
-        """Drop these pending payloads of the user (all of them when ``job_keys`` is None)."""
-
     def close(self) -> None: ...
-
-
-def pending_key(queue_name: str, user_id: str) -> str:
-    """The Redis hash of a user's pending remember payloads: job key -> JSON payload."""
-    return f"memo:pending:{queue_name}:{user_id}"
 
 
 class JobSerializer:
@@ -89,7 +78,7 @@ class RQBackend:
         self.connection = redis.Redis.from_url(
             redis_url, socket_connect_timeout=timeout, socket_timeout=timeout)
         self.queue = Queue(queue_name, connection=self.connection, serializer=defaults.SERIALIZER)
-        self.queue_name = queue_name
+        self.state = RedisUserState(self.connection, queue_name)
         # Retries cover a worker that died or a database that stayed locked; rq runs them
         # from its scheduler (`memo-mw worker` starts one; plain rq needs --with-scheduler).
         self._retry = Retry(max=3, interval=[1, 10, 60])
@@ -108,23 +97,6 @@ class RQBackend:
             return False
         return True
 
-    def add_pending(self, user_id: str, payload: dict[str, Any]) -> None:
-        key = pending_key(self.queue_name, user_id)
-        with self.connection.pipeline() as pipe:
-            pipe.hset(key, payload["job_key"], json.dumps(payload))
-            pipe.expire(key, defaults.PENDING_TTL)
-            pipe.execute()
-
-    def pending(self, user_id: str) -> list[dict[str, Any]]:
-        return [json.loads(v) for v in self.connection.hvals(pending_key(self.queue_name, user_id))]
-
-    def drop_pending(self, user_id: str, job_keys: list[str] | None = None) -> None:
-        key = pending_key(self.queue_name, user_id)
-        if job_keys is None:
-            self.connection.delete(key)
-        elif job_keys:
-            self.connection.hdel(key, *job_keys)
-
     def close(self) -> None:
         self.connection.close()
 
@@ -142,7 +114,7 @@ class ThreadBackend:
     def __init__(self) -> None:
         self._jobs: stdlib_queue.Queue = stdlib_queue.Queue()
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._pending: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
+        self.state = LocalUserState()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="memo-mw-jobs", daemon=True)
         self._thread.start()
@@ -162,27 +134,6 @@ class ThreadBackend:
         self._jobs.put((func, args))
         return True
 
-    def add_pending(self, user_id: str, payload: dict[str, Any]) -> None:
-        with self._lock:
-            self._pending.setdefault(user_id, {})[payload["job_key"]] = (time.monotonic(), payload)
-
-    def pending(self, user_id: str) -> list[dict[str, Any]]:
-        oldest = time.monotonic() - defaults.PENDING_TTL
-        with self._lock:
-            entries = self._pending.get(user_id, {})
-            return [payload for added, payload in entries.values() if added >= oldest]
-
-    def drop_pending(self, user_id: str, job_keys: list[str] | None = None) -> None:
-        with self._lock:
-            if job_keys is None:
-                self._pending.pop(user_id, None)
-                return
-            entries = self._pending.get(user_id, {})
-            for job_key in job_keys:
-                entries.pop(job_key, None)
-            if not entries:
-                self._pending.pop(user_id, None)
-
     def join(self) -> None:
         """Block until every queued job has run (for tests and orderly shutdown)."""
         self._jobs.join()
@@ -196,7 +147,7 @@ class ThreadBackend:
             try:
                 import_function(func)(*args)
                 if func == REMEMBER:  # stored: no longer pending
-                    self.drop_pending(args[1]["user_id"], [args[1]["job_key"]])
+                    self.state.drop_pending(args[1]["user_id"], args[1]["job_key"])
             except Exception:
                 log.exception("memo-mw: job %s failed", func)
             finally:

@@ -24,6 +24,7 @@ import sqlite_utils
 from . import defaults
 from .exceptions import StoreError
 from .text import normalize, tokens
+from .userstate import MATCH_SHARE
 
 log = logging.getLogger(__name__)
 
@@ -322,7 +323,7 @@ def matches(memory: dict[str, Any], phrase: str) -> bool:
     if not wanted:
         return False
     have = tokens(" ".join(str(memory.get(f) or "") for f in ("content", "key", "excerpt")))
-    return len(wanted & have) / len(wanted) >= 0.6
+    return len(wanted & have) / len(wanted) >= MATCH_SHARE
 
 
 def _expiry(candidate: dict[str, Any], ts: int) -> int | None:

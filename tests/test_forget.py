@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import redis
 
 from memo_mw import MemoryMiddleware
 from memo_mw.store import Store
@@ -58,3 +59,79 @@ def test_forget_through_the_middleware(redis_url, db, statements, forget, gone, 
     assert audit == [("alice", action, len(gone)), ("bob", action, len(gone))]
     columns = [r[1] for r in sqlite3.connect(db).execute("PRAGMA table_info(audit)")]
     assert columns == ["id", "user_id", "action", "count", "at", "reason"]  # no content column
+
+
+def middleware_client(db, redis_url):
+    app = chat_app()
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    return app.test_client()
+
+
+def recalled(client, text, user="alice"):
+    return [m["content"] for m in client.post("/chat", **plain(text, user=user)).json["memories"]]
+
+
+@pytest.mark.parametrize("statement, forget, question", [
+    pytest.param("我喜欢看恐怖片", "忘了我吧", "推荐几部恐怖片", id="zh-all"),
+    pytest.param("我喜欢看恐怖片", "把我喜欢看恐怖片这条删掉", "推荐几部恐怖片", id="zh-match"),
+    pytest.param("I play tennis every sunday", "forget everything you know about me", "any tennis tips?",
+                 id="en-all"),
+    pytest.param("I play tennis every sunday", "forget that I play tennis", "any tennis tips?", id="en-match"),
+])
+def test_forgotten_stays_forgotten_before_the_job_runs(redis_url, db, statement, forget, question):
+    client = middleware_client(db, redis_url)
+    client.post("/chat", **plain(statement))
+    drain(redis_url)
+    assert recalled(client, question)
+    client.post("/chat", **plain(forget))
+    assert recalled(client, question) == []  # the next request too, no worker has run
+    assert recalled(client, question) == []
+    drain(redis_url)
+    assert recalled(client, question) == []
+    assert statement.split()[-1].encode() not in all_redis_text(redis_url)  # markers hold hashes only
+
+
+@pytest.mark.parametrize("forget", ["forget everything you know about me", "forget that I love zanzibarian oolong"])
+def test_a_remember_job_overtaken_by_a_forget_stores_nothing(redis_url, db, forget):
+    """The forget job runs before a remember job that was queued (or running) earlier."""
+    from rq import Queue, Worker
+
+    from memo_mw import defaults
+
+    client = middleware_client(db, redis_url)
+    client.post("/chat", **plain("I love zanzibarian oolong"))
+    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
+    (remember,) = queue.jobs
+    queue.remove(remember)  # as if a worker had taken it and were still busy with it
+    client.post("/chat", **plain(forget))
+    Worker([queue], connection=queue.connection, serializer=defaults.SERIALIZER).work(burst=True)
+    queue.enqueue_job(remember)  # ... and only now gets to write
+    drain(redis_url)
+    assert Store(db).memories("alice", include_inactive=True) == []
+
+
+def test_a_targeted_forget_keeps_the_other_statements_of_a_message(redis_url, db):
+    client = middleware_client(db, redis_url)
+    client.post("/chat", **plain("I like golf. I play tennis every sunday."))
+    client.post("/chat", **plain("forget that I play tennis"))
+    assert recalled(client, "golf or tennis?") == ["likes golf"]  # pending: golf kept, tennis gone
+    drain(redis_url)
+    assert [m["content"] for m in Store(db).memories("alice")] == ["likes golf"]
+
+
+def test_cli_forget_with_url_reaches_pending_memories_and_waiting_jobs(redis_url, db):
+    from click.testing import CliRunner
+
+    from memo_mw.cli import main
+
+    client = middleware_client(db, redis_url)
+    for text in ("I love jazz", "I live in Springfield", "我喜欢看恐怖片"):
+        client.post("/chat", **plain(text))
+        client.post("/chat", **plain(text, user="bob"))
+    result = CliRunner().invoke(main, ["forget", "--db", db, "--user", "alice", "--url", redis_url])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "deleted 0 memories of alice; 3 waiting jobs changed in Redis"
+    assert recalled(client, "jazz in Springfield?") == []
+    drain(redis_url)
+    assert Store(db).memories("alice") == []
+    assert len(Store(db).memories("bob")) == 3  # never another user

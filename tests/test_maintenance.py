@@ -144,3 +144,24 @@ def test_job_serializer_reads_plain_pickles_only():
     assert JobSerializer.loads(pickle.dumps(plain, protocol=5)) == plain
     with pytest.raises(pickle.UnpicklingError, match="plain values only"):
         JobSerializer.loads(pickle.dumps(datetime.date(2024, 1, 1), protocol=5))
+
+
+def test_an_expired_task_is_asked_about_once_before_any_worker_runs(redis_url, db, funnel):
+    from flask import Flask, jsonify, request
+
+    from memo_mw import MemoryMiddleware
+
+    say(db, funnel, "remind me to renew my passport", T0)
+    jobs.maintain(db, T0 + 20 * DAY)
+    app = Flask(__name__)
+    app.add_url_rule("/chat", methods=["POST"],
+                     view_func=lambda: jsonify([m["content"] for m in request.environ["memo.memories"]]))
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, clock=lambda: T0 + 21 * DAY)
+    client = app.test_client()
+    ask = {"json": {"message": "what's the weather like"}, "headers": {"X-User-Id": "u"}}
+    assert client.post("/chat", **ask).json == ["reminder: renew their passport"]
+    assert client.post("/chat", **ask).json == []  # no worker has run the touch job yet
+    drain(redis_url)
+    assert client.post("/chat", **ask).json == []
+    (memory,) = Store(db).memories("u", include_inactive=True)
+    assert memory["confirm_shown_at"] == T0 + 21 * DAY

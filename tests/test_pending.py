@@ -5,7 +5,6 @@ from __future__ import annotations
 import redis
 
 from memo_mw import MemoryMiddleware
-from memo_mw.queue import pending_key
 from memo_mw.store import Store
 
 from .conftest import drain
@@ -26,10 +25,10 @@ def test_next_request_sees_a_memory_no_worker_has_stored(redis_url, db):
     assert "从不吃香菜" in reply["received"]["message"]
     assert Store(db).memories("alice") == []  # nothing written yet
     connection = redis.Redis.from_url(redis_url)
-    assert connection.hlen(pending_key("memo", "alice")) == 1
+    assert connection.hlen("memo:pending:memo:alice") == 1
 
     drain(redis_url)
-    assert connection.exists(pending_key("memo", "alice")) == 0  # dropped once stored
+    assert connection.exists("memo:pending:memo:alice") == 0  # dropped once stored
     reply = client.post("/chat", **openai("这道菜要放香菜吗")).json
     assert [(m["content"], m["status"]) for m in reply["memories"]] == [("从不吃香菜", "active")]
     assert isinstance(reply["memories"][0]["id"], int)
@@ -82,5 +81,5 @@ def test_embedded_mode_reads_its_own_writes(db):
     assert [m["content"] for m in client.post("/chat", **plain("bossa nova tonight?")).json["memories"]] \
         == ["likes bossa nova"]
     middleware.queue.join()
-    assert middleware.queue.pending("alice") == []  # dropped once the job stored it
+    assert middleware.queue.state.read("alice").pending == []  # dropped once the job stored it
     assert [m["id"] is not None for m in client.post("/chat", **plain("bossa nova?")).json["memories"]] == [True]

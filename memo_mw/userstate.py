@@ -1,0 +1,159 @@
+"""Short-lived per-user state between a request and the jobs it queued.
+
+Three things live here, for :data:`memo_mw.defaults.PENDING_TTL` seconds at most:
+
+* **pending** remember payloads, captured but not stored yet: recall merges them in, so the
+  next request reads its own writes; the ``remember`` job drops its payload once stored;
+* **forgets**, the user's recent forget requests (when, and hashes of what): recall hides what they
+  name from every request until the ``forget`` job has run, and a ``remember`` job that
+  started before the forget does not store what it names;
+* **shown** confirmations: expired memories recall has already asked about, so each is
+  asked about once even before the ``touch`` job records it.
+
+With Redis it is three keys per user, read in one round trip; without (embedded mode) it
+is a dictionary in the process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from typing import Any, NamedTuple
+
+from . import defaults
+from .text import tokens
+
+#: Share of a forget phrase's words a memory must contain to count as named by it.
+MATCH_SHARE = 0.6
+
+
+class UserState(NamedTuple):
+    pending: list[dict[str, Any]]
+    forgets: list[dict[str, Any]]  # forget_marker(): {"tokens": hashes or None (everything), "ts"}
+    shown: set[int]
+
+
+EMPTY = UserState([], [], set())
+
+
+def forget_marker(match: str | None, ts: float) -> dict[str, Any]:
+    """What is kept of a forget request: when, and the hashes of its words (never the words).
+
+    The marker outlives the request by minutes; holding the very text the user asked to
+    forget in Redis that long would defeat the purpose, so it holds one-way hashes that
+    can only be compared with a memory's own words.
+    """
+    return {"tokens": None if match is None else sorted(_hashed(tokens(match))), "ts": int(ts)}
+
+
+def forgotten(memory: dict[str, Any], forgets: list[dict[str, Any]]) -> bool:
+    """Whether a forget request made after this memory was said names it (see store.matches)."""
+    said = memory.get("source_ts") or memory.get("created_at") or 0
+    relevant = [f for f in forgets if said <= f["ts"]]
+    if not relevant:
+        return False
+    if any(f["tokens"] is None for f in relevant):
+        return True
+    have = _hashed(tokens(" ".join(str(memory.get(f) or "") for f in ("content", "key", "excerpt"))))
+    return any(f["tokens"] and len(have.intersection(f["tokens"])) / len(f["tokens"]) >= MATCH_SHARE
+               for f in relevant)
+
+
+def _hashed(words: frozenset[str]) -> set[str]:
+    return {hashlib.blake2b(w.encode("utf-8"), digest_size=8).hexdigest() for w in words}
+
+
+def without_forgotten(payload: dict[str, Any], forgets: list[dict[str, Any]]) -> dict[str, Any]:
+    """The payload less the candidates a forget request made after it names."""
+    said = {"source_ts": payload["ts"]}
+    kept = [c for c in payload.get("candidates", []) if not forgotten({**c, **said}, forgets)]
+    return {**payload, "candidates": kept}
+
+
+class RedisUserState:
+    def __init__(self, connection: Any, namespace: str):
+        self.connection = connection
+        self.namespace = namespace
+
+    def _key(self, kind: str, user_id: str) -> str:
+        return f"memo:{kind}:{self.namespace}:{user_id}"
+
+    def read(self, user_id: str) -> UserState:
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.hvals(self._key("pending", user_id))
+            pipe.hvals(self._key("forgets", user_id))
+            pipe.smembers(self._key("shown", user_id))
+            pending, forgets, shown = pipe.execute()
+        return UserState([json.loads(p) for p in pending], [json.loads(f) for f in forgets],
+                         {int(i) for i in shown})
+
+    def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
+        """Add or replace a pending payload; one with no candidates left is dropped."""
+        key = self._key("pending", user_id)
+        if not payload.get("candidates"):
+            self.connection.hdel(key, payload["job_key"])
+            return
+        with self.connection.pipeline() as pipe:
+            pipe.hset(key, payload["job_key"], json.dumps(payload))
+            pipe.expire(key, defaults.PENDING_TTL)
+            pipe.execute()
+
+    def drop_pending(self, user_id: str, job_key: str) -> None:
+        self.connection.hdel(self._key("pending", user_id), job_key)
+
+    def add_forget(self, user_id: str, forget: dict[str, Any]) -> None:
+        key = self._key("forgets", user_id)
+        with self.connection.pipeline() as pipe:
+            pipe.hset(key, json.dumps(forget, sort_keys=True), json.dumps(forget))
+            pipe.expire(key, defaults.PENDING_TTL)
+            pipe.execute()
+
+    def add_shown(self, user_id: str, ids: list[int]) -> None:
+        key = self._key("shown", user_id)
+        with self.connection.pipeline() as pipe:
+            pipe.sadd(key, *ids)
+            pipe.expire(key, defaults.PENDING_TTL)
+            pipe.execute()
+
+
+class LocalUserState:
+    """The same state in this process (embedded mode), each entry kept PENDING_TTL seconds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], dict[Any, tuple[float, Any]]] = {}
+
+    def _put(self, kind: str, user_id: str, key: Any, value: Any) -> None:
+        self._entries.setdefault((kind, user_id), {})[key] = (time.monotonic(), value)
+
+    def _values(self, kind: str, user_id: str) -> list[Any]:
+        oldest = time.monotonic() - defaults.PENDING_TTL
+        entries = self._entries.get((kind, user_id), {})
+        return [value for added, value in entries.values() if added >= oldest]
+
+    def read(self, user_id: str) -> UserState:
+        with self._lock:
+            return UserState(self._values("pending", user_id), self._values("forgets", user_id),
+                             set(self._values("shown", user_id)))
+
+    def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
+        with self._lock:
+            if payload.get("candidates"):
+                self._put("pending", user_id, payload["job_key"], payload)
+            else:
+                self._entries.get(("pending", user_id), {}).pop(payload["job_key"], None)
+
+    def drop_pending(self, user_id: str, job_key: str) -> None:
+        with self._lock:
+            self._entries.get(("pending", user_id), {}).pop(job_key, None)
+
+    def add_forget(self, user_id: str, forget: dict[str, Any]) -> None:
+        with self._lock:
+            self._put("forgets", user_id, json.dumps(forget, sort_keys=True), forget)
+
+    def add_shown(self, user_id: str, ids: list[int]) -> None:
+        with self._lock:
+            for memory_id in ids:
+                self._put("shown", user_id, memory_id, memory_id)
