@@ -1,0 +1,347 @@
+"""Capture and recall quality of memo-mw on the shared datasets, with baselines from the same run.
+
+    .venv/bin/python bench/eval.py [--json] [--query last|history]
+
+1. capture: the hand-labelled user turns in ``tests/data/capture_labels.jsonl`` (MemoryBank zh
+   and en, DuLeMon; the labelling rule is in its header and in docs/evaluation.md) go through
+   ``Funnel(load_rules())``; a turn is predicted positive when the funnel captures it (stage
+   ``captured``, i.e. it yields candidates). Precision, recall and F1 per dataset, beside the
+   "store every message" baseline (recall 1, precision = the base rate).
+2. recall: MADial-Bench zh and en. Each user's one-line event memories are written to a fresh
+   SQLite store with ``Store.remember`` (one candidate per memory: key = the normalised event
+   text, content = excerpt = the event text, type ``preference`` for the scene 喜好类/Preferences,
+   else ``fact``), and each dialogue's query goes through ``Recaller.recall`` with ``k=5`` and a
+   budget large enough that k decides. The query is the user's turn just before ``test-turn[0]``
+   (the index, in the ``dialogue`` list with ``<BOD>`` at 0, of the assistant turn that should
+   use a memory); ``--query history`` uses all user turns before it instead. hit@k: any gold id
+   (``relevant-id``) among the top k; recall@k: the share of the gold ids in the top k.
+   Baselines: BM25 over the same memory texts (Chinese: character unigrams and bigrams; English:
+   lowercased words), and memo-mw's own scorer with relevance only (no recency, no hotness).
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import json
+import math
+import random
+import shlex
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import regex
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.datasets import DATASETS, SOURCES  # noqa: E402
+
+LABELS = REPO / "tests" / "data" / "capture_labels.jsonl"
+SEED = 20240517
+SAMPLE = (("memorybank-zh", "zh", 150), ("memorybank-en", "en", 150), ("dulemon", "zh", 150))
+KS = (1, 3, 5)
+
+# -- sampling and labels ----------------------------------------------------------------------
+
+
+def user_turns(name: str) -> list[dict]:
+    return [r for r in SOURCES[name]() if r.get("role", "user") == "user" and r["text"].strip()]
+
+
+def sample_turns(seed: int = SEED, sample=SAMPLE) -> list[dict]:
+    """The fixed sample that was labelled: per dataset, ``n`` user turns in dataset order."""
+    out = []
+    for name, lang, n in sample:
+        rows = user_turns(name)
+        order = {r["id"]: i for i, r in enumerate(rows)}
+        picked = sorted(random.Random(f"{seed}:{name}").sample(rows, n), key=lambda r: order[r["id"]])
+        out.extend({"dataset": name, "lang": lang, "id": r["id"], "text": r["text"]} for r in picked)
+    return out
+
+
+def load_labels(path: Path = LABELS) -> list[dict]:
+    """The label file: JSON lines; lines starting with ``#`` are the header (the labelling rule)."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            rows.append(json.loads(line))
+    return rows
+
+
+# -- metrics --------------------------------------------------------------------------------
+
+
+def prf(predicted: list[bool], gold: list[bool]) -> dict:
+    """Precision, recall and F1 of the positive class (0.0 where undefined)."""
+    tp = sum(p and g for p, g in zip(predicted, gold))
+    fp = sum(p and not g for p, g in zip(predicted, gold))
+    fn = sum(g and not p for p, g in zip(predicted, gold))
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"n": len(gold), "positives": sum(gold), "predicted": sum(predicted), "tp": tp, "fp": fp, "fn": fn,
+            "precision": precision, "recall": recall, "f1": f1}
+
+
+def _top(ranked: list, k: int) -> set:
+    """The ids of the first k items; an item is an id, or a list of ids (one stored row that
+    stands for several memories with the same text, merged by the store)."""
+    out = set()
+    for item in ranked[:k]:
+        out.update(item if isinstance(item, (list, tuple, set, frozenset)) else (item,))
+    return out
+
+
+def hit_at_k(ranked: list, gold, k: int) -> float:
+    """1.0 when any gold id is among the first k, else 0.0."""
+    return 1.0 if _top(ranked, k) & set(gold) else 0.0
+
+
+def recall_at_k(ranked: list, gold, k: int) -> float:
+    """The share of the gold ids found among the first k."""
+    gold = set(gold)
+    return len(_top(ranked, k) & gold) / len(gold) if gold else 0.0
+
+
+_WORD = regex.compile(r"[\p{Latin}\p{N}]+(?:['’][\p{Latin}]+)?")
+_HAN = regex.compile(r"\p{Han}+")
+
+
+def bm25_tokens(text: str) -> list[str]:
+    """Lowercased Latin words and numbers; Chinese character unigrams and bigrams."""
+    text = text.lower()
+    out = _WORD.findall(text)
+    for run in _HAN.findall(text):
+        out.extend(run)
+        out.extend(run[i:i + 2] for i in range(len(run) - 1))
+    return out
+
+
+class BM25:
+    """Okapi BM25 over a small list of documents (k1 = 1.5, b = 0.75)."""
+
+    def __init__(self, docs: list[str], k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.docs = [Counter(bm25_tokens(d)) for d in docs]
+        self.lengths = [sum(c.values()) for c in self.docs]
+        self.avg = sum(self.lengths) / len(self.docs) if self.docs else 0.0
+        df = Counter(t for c in self.docs for t in c)
+        n = len(self.docs)
+        self.idf = {t: math.log((n - f + 0.5) / (f + 0.5) + 1) for t, f in df.items()}
+
+    def scores(self, query: str) -> list[float]:
+        terms = bm25_tokens(query)
+        out = []
+        for counts, length in zip(self.docs, self.lengths):
+            s = 0.0
+            for t in terms:
+                f = counts.get(t)
+                if f:
+                    s += self.idf[t] * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * length / self.avg))
+            out.append(s)
+        return out
+
+    def rank(self, query: str) -> list[int]:
+        """Indices of the documents sharing a term with the query, best first (ties: document order)."""
+        scores = self.scores(query)
+        return sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+
+
+# -- capture --------------------------------------------------------------------------------
+
+
+def capture_eval(labels: list[dict], funnel) -> dict:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for row in labels:
+        groups[f"{row['dataset']} ({row['lang']})"].append(row)
+    groups["all"] = list(labels)
+    out = {}
+    for name, rows in groups.items():
+        results = [funnel.process(r["text"]) for r in rows]
+        predicted = [bool(res.captured or res.candidates) for res in results]
+        gold = [bool(r["label"]) for r in rows]
+        missed = Counter(res.stage for res, g, p in zip(results, gold, predicted) if g and not p)
+        false_pos = [r["id"] for r, g, p in zip(rows, gold, predicted) if p and not g]
+        out[name] = {"memo-mw": prf(predicted, gold), "store every message": prf([True] * len(gold), gold),
+                     "missed_by_stage": dict(missed.most_common()), "false_positive_ids": false_pos}
+    return out
+
+
+def persona_crosscheck(labels: list[dict]) -> dict:
+    """DuLeMon: how the hand label agrees with "the dataset tags a persona on this turn"."""
+    rows = [r for r in labels if r["dataset"] == "dulemon"]
+    table = Counter((bool(r["label"]), bool(r.get("persona"))) for r in rows)
+    return {f"label={lab} persona_tag={tag}": table[(lab, tag)] for lab in (True, False) for tag in (True, False)}
+
+
+# -- MADial-Bench recall ----------------------------------------------------------------------
+
+_TURN = regex.compile(r"^\s*<([^<>]{1,40})>\s*[:：]\s*(.*)$", regex.S)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def madial_memories(lang: str, root: Path = DATASETS) -> dict[str, dict]:
+    """Memory id -> {event, scene, time, user}. The English file has no ``user-id``: it is taken
+    from the Chinese file's memory of the same id (the ids are shared)."""
+    folder = root / "madial_bench"
+    zh = {k: v for d in _jsonl(folder / "zh" / "MADial-Bench-zh-memory.json") for k, v in d.items()}
+    mine = {k: v for d in _jsonl(folder / lang / f"MADial-Bench-{lang}-memory.json") for k, v in d.items()}
+    return {k: {"event": v["event"], "scene": v["scene"], "time": v["time"],
+                "user": v.get("user-id", zh.get(k, {}).get("user-id"))} for k, v in mine.items()}
+
+
+def _speaker(turn: str) -> tuple[str | None, str]:
+    match = _TURN.match(turn)
+    if not match:
+        return None, turn.strip()
+    return match.group(1).strip(), match.group(2).strip().strip('"“”').strip()
+
+
+def madial_queries(lang: str, mode: str = "last", root: Path = DATASETS) -> list[dict]:
+    """One query per dialogue: the user's turn just before ``test-turn[0]`` (or all before it)."""
+    out = []
+    for n, d in enumerate(_jsonl(root / "madial_bench" / lang / f"MADial-Bench-{lang}-dialogue.json")):
+        turns = [_speaker(t) for t in d["dialogue"]]
+        names = Counter(s for s, _ in turns if s and s.lower() != "assistant" and s not in ("BOD", "EOD"))
+        user_name = names.most_common(1)[0][0]
+        before = [text for s, text in turns[:d["test-turn"][0]] if s == user_name]
+        if not before:
+            continue
+        query = before[-1] if mode == "last" else " ".join(before)
+        out.append({"n": n, "id": d.get("id", n), "user": d["user-id"], "query": query,
+                    "gold": [str(g) for g in d["relevant-id"]]})
+    return out
+
+
+def _epoch(day: str) -> int:
+    return calendar.timegm(time.strptime(day, "%Y-%m-%d"))
+
+
+def memory_payload(user: object, mem_id: str, memory: dict, lang: str) -> dict:
+    from memo_mw.text import normalize
+    preference = memory["scene"] in ("喜好类", "Preferences")
+    return {
+        "job_key": None, "user_id": str(user), "session_id": "madial", "ts": _epoch(memory["time"]),
+        "message_id": mem_id,
+        "candidates": [{"type": "preference" if preference else "fact", "key": normalize(memory["event"]),
+                        "polarity": 1, "content": memory["event"], "excerpt": memory["event"], "rule_id": "madial",
+                        "confidence": 0.7, "ttl_days": None, "language": lang}],
+    }
+
+
+def recall_eval(lang: str, mode: str, folder: Path, funnel, now_day: str | None = None) -> dict:
+    from memo_mw.pipeline import Recaller
+    from memo_mw.recall import RecallConfig
+    from memo_mw.store import Store
+
+    memories = madial_memories(lang)
+    queries = madial_queries(lang, mode)
+    by_user: dict[str, list[str]] = defaultdict(list)
+    for mem_id, m in memories.items():
+        by_user[str(m["user"])].append(mem_id)
+    # The clock of the recall: the day after the newest memory, unless given.
+    now = _epoch(now_day) if now_day else max(_epoch(m["time"]) for m in memories.values()) + 86400
+    config = RecallConfig(k=max(KS), budget=100_000)
+    relevance_only = RecallConfig(k=max(KS), budget=100_000, w_recency=0.0, w_hotness=0.0)
+    bm25 = {u: BM25([memories[i]["event"] for i in ids]) for u, ids in by_user.items()}
+    systems = ("memo-mw", "memo-mw relevance only", "BM25")
+    ranked: dict[str, list[list[str]]] = {s: [] for s in systems}
+    rows_per_user: dict[str, int] = {}
+    for q in queries:
+        user = str(q["user"])
+        # A fresh store per dialogue, holding that user's memories only.
+        db = folder / f"{lang}-{q['n']}.db"
+        with Store(db) as store:
+            for mem_id in by_user[user]:
+                store.remember(memory_payload(user, mem_id, memories[mem_id], lang))
+            rows_per_user[user] = len(store.memories(user))
+        recaller = Recaller(str(db), funnel, config)
+        for name, cfg in (("memo-mw", config), ("memo-mw relevance only", relevance_only)):
+            got = recaller.recall(user, q["query"], now=now, config=cfg)
+            ranked[name].append([list(m["source_ids"]) for m in got])
+        ranked["BM25"].append([by_user[user][i] for i in bm25[user].rank(q["query"])][:max(KS)])
+    out = {"now": time.strftime("%Y-%m-%d", time.gmtime(now)), "dialogues": len(queries), "memories": len(memories), "users": len(by_user),
+           "rows": sum(rows_per_user.values()), "memories_of_queried_users": sum(len(by_user[u]) for u in rows_per_user)}
+    for name in systems:
+        row = {}
+        for k in KS:
+            row[f"hit@{k}"] = sum(hit_at_k(r, q["gold"], k) for r, q in zip(ranked[name], queries)) / len(queries)
+            row[f"recall@{k}"] = sum(recall_at_k(r, q["gold"], k) for r, q in zip(ranked[name], queries)) / len(queries)
+        row["empty"] = sum(1 for r in ranked[name] if not r)
+        out[name] = row
+    return out
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def print_report(report: dict) -> None:
+    print("capture (hand-labelled user turns; predicted positive = the funnel captures the turn)")
+    print(f"  {'dataset':<22} {'system':<20} {'n':>4} {'pos':>4} {'pred':>4} {'prec':>6} {'recall':>6} {'F1':>6}")
+    for name, row in report["capture"].items():
+        for system in ("memo-mw", "store every message"):
+            m = row[system]
+            print(f"  {name:<22} {system:<20} {m['n']:>4} {m['positives']:>4} {m['predicted']:>4} "
+                  f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['f1']:>6.3f}")
+        if row["missed_by_stage"]:
+            stages = ", ".join(f"{k} {v}" for k, v in row["missed_by_stage"].items())
+            print(f"  {'':<22} missed positives stopped at: {stages}")
+    print("  dulemon persona cross-check: " + ", ".join(f"{k}: {v}" for k, v in report["persona_crosscheck"].items()))
+    print()
+    query = "the last user turn" if report["query_mode"] == "last" else "all user turns"
+    print(f"recall on MADial-Bench (query: {query} before test-turn[0]; k=5, budget 100000)")
+    header = "".join(f"{f'hit@{k}':>8}" for k in KS) + "".join(f"{f'rec@{k}':>8}" for k in KS)
+    print(f"  {'lang':<4} {'system':<24}{header} {'empty':>6}")
+    for lang, row in report["recall"].items():
+        for system in ("memo-mw", "memo-mw relevance only", "BM25"):
+            m = row[system]
+            cells = "".join(f"{m[f'hit@{k}']:>8.3f}" for k in KS) + "".join(f"{m[f'recall@{k}']:>8.3f}" for k in KS)
+            print(f"  {lang:<4} {system:<24}{cells} {m['empty']:>6}")
+        print(f"       (now {row['now']}, {row['dialogues']} dialogues, {row['memories']} memories, {row['users']} users, "
+              f"{row['rows']} rows stored for {row['memories_of_queried_users']} memories: same text, one row)")
+    print()
+    print(f"seconds {report['seconds']:.2f}")
+    print(f"command {report['command']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--labels", type=Path, default=LABELS, help="the hand-labelled turns (JSON lines)")
+    parser.add_argument("--query", choices=("last", "history"), default="last",
+                        help="MADial query: the last user turn before test-turn (default) or all user turns before it")
+    parser.add_argument("--now", metavar="YYYY-MM-DD", help="MADial recall clock (default: the day after the newest memory)")
+    args = parser.parse_args(argv)
+    if not DATASETS.is_dir():
+        parser.exit(2, f"no datasets at {DATASETS}\n")
+
+    from memo_mw.funnel import Funnel
+    from memo_mw.rules import load_rules
+
+    started = time.perf_counter()
+    funnel = Funnel(load_rules())
+    labels = load_labels(args.labels)
+    report = {"capture": capture_eval(labels, funnel), "persona_crosscheck": persona_crosscheck(labels),
+              "query_mode": args.query, "recall": {}}
+    with tempfile.TemporaryDirectory(prefix="memo-eval-") as tmp:
+        for lang in ("zh", "en"):
+            report["recall"][lang] = recall_eval(lang, args.query, Path(tmp), funnel, args.now)
+    report["seconds"] = time.perf_counter() - started
+    command = [".venv/bin/python", "bench/eval.py", *(argv if argv is not None else sys.argv[1:])]
+    report["command"] = " ".join(shlex.quote(c) for c in command)
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False, indent=2))
+    else:
+        print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
