@@ -100,7 +100,7 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None) -> None:
     """Run an rq worker for memo-mw's jobs (JSON serializer, the memo queue, with rq's
     scheduler so failed jobs are retried).
 
-    Same as: rq worker --url URL --with-scheduler --serializer rq.serializers.JSONSerializer memo
+    Same as: rq worker --url URL --with-scheduler --serializer memo_mw.queue.JobSerializer memo
     """
     import redis
     from rq import Worker
