@@ -3,16 +3,23 @@
 What Redis and SQLite see is already masked, and the rest of the sentence is kept:
 
 * passwords, PINs and one-time codes stated in the text ("my password is hunter2",
-  "我的密码是abc123", "PIN is 4821", "验证码是 582013") keep their words and lose the
-  value -> ``[secret]``;
-* API keys and tokens (``sk-...``, ``ghp_...``, ``xoxb-...``, ``AKIA...``, ``AIza...``,
-  JWTs, the token after ``Bearer``) -> ``[secret]``;
+  "我的密码是abc123", "pw: hunter22", "PIN is 4821", "验证码是 582013") keep their words and
+  lose the value -> ``[secret]``. A password stated after "is", ":", "=", "是", ... runs to
+  the end of its clause, spaces included ("my password is correct horse battery staple.",
+  "我的密码是 P@ss w0rd，..."): it stops at sentence punctuation, a Chinese character, a
+  quote, a new "key:" / "key=", or a conjunction that starts a new clause ("... and my PIN
+  is", "... so please"). A bare "pwd hunter22" takes one piece, which must hold a digit;
+* keys and tokens stated after their name ("my api key is ...", "api_key=...", "access
+  token: ...", "我的API密钥是...", "令牌是...": one piece of 6+ characters with a letter and a
+  digit) and known key shapes (``sk-...``, ``ghp_...``, ``xoxb-...``, ``AKIA...``,
+  ``AIza...``, JWTs, the token after ``Bearer``) -> ``[secret]``;
 * e-mail addresses -> ``[email]``;
 * long random hex/base64 strings (32+ characters, letters and digits) -> ``[secret]``;
 * Chinese resident ID numbers whose ISO 7064 MOD 11-2 check character is right -> ``[id]``;
 * Chinese mobile numbers -> ``[phone]``;
 * bank card numbers (13-19 digits, grouped or not) that pass the Luhn check -> ``[card]``;
-* international, Chinese landline and US-style phone numbers -> ``[phone]``.
+* international, Chinese landline, other landlines with a trunk 0 ("(020) 7946 0958",
+  "(0755) 1234 5678", "020 7946 0958") and US-style phone numbers -> ``[phone]``.
 
 The patterns run in that order, so a value is masked once, by the most specific rule
 (an ID number is not first eaten by a phone rule, a stated password is ``[secret]``
@@ -37,32 +44,66 @@ _PLACEHOLDER = r"\[(?:phone|email|id|card|secret)\]"
 
 # -- passwords, PINs and codes stated in the text ------------------------------------------
 
-# Words that follow "password is" without being the password ("my password is too weak").
-_NOT_A_PASSWORD = (
+# Words that follow "password is" without being the password ("my password is too weak",
+# "the password is the same as before"): they always stop the rule.
+_FUNCTION_WORDS = (
     r"(?:the|a|an|my|your|his|her|our|their|its|this|that|it|too|very|not|no|so|same|different"
-    r"|weak|strong|long|short|easy|hard|simple|secure|safe|wrong|correct|right|changed|expired"
-    r"|required|needed|set|reset|incorrect|invalid|still|also|just|now|in|on|at|for|of|to|and|or"
-    r"|but|being|saved|stored|written|forgotten|lost|hidden|private|secret|protected|something"
-    r"|somewhere|what|which|where|how|why)(?![\w-])"
+    r"|still|also|just|now|in|on|at|for|of|to|and|or|but|being|something|somewhere|what|which"
+    r"|where|how|why|again|enough|every|each|already|always|never|because|since|when|if|by|with"
+    r"|from|after|before|until|than|as|only|really|quite|pretty|about|like|here|there|getting"
+    r"|going|usually|probably|definitely|actually|kind|sort)(?![\w-])"
 )
-# The value: no spaces, no Chinese, no sentence punctuation at its end; 3+ characters.
+# Words that describe the password ("my password is weak", "... is correct.", "... is set to
+# expire"). They stop the rule only when the clause ends after them or goes on with a
+# function word or an adverb: "my password is correct horse battery staple" is a passphrase.
+_STATE_WORDS = (
+    r"(?:weak|strong|long|short|easy|hard|simple|secure|safe|wrong|correct|right|changed|expired"
+    r"|required|needed|set|reset|incorrect|invalid|saved|stored|written|forgotten|lost|hidden"
+    r"|private|secret|protected|empty|blank|new|old|complicated|complex|updated|compromised"
+    r"|leaked|fine|ok|okay|good|bad|encrypted|hashed|unknown|known|case[- ]sensitive)(?![\w-])"
+)
+_NOT_A_PASSWORD = (
+    rf"(?:{_FUNCTION_WORDS}|{_STATE_WORDS}"
+    r"(?=[.,;:!?)\"'”’]*(?:\s*$|\s*[\p{Han}，。！？；、]|[.,;:!?)]+\s)"
+    rf"|\s+(?:{_FUNCTION_WORDS}|{_STATE_WORDS}|\w+ly(?![\w-]))))"
+)
+# One space-free piece of a value: no Chinese, no quote, no sentence punctuation at its end.
 _VALUE_END = r"(?=[.,;:!?)\"'“”‘’`]*(?:\s|$|[\p{Han}，。！？；、]))"
-_VALUE = (
-    r"(?P<q>[\"'“‘`]?)"
-    rf"(?![:：=]|{_PLACEHOLDER})"
-    r"(?P<value>[^\s\"'“”‘’`，。！？；、\p{Han}]{3,}?)" + _VALUE_END
+_PIECE_CHARS = r"[^\s\"'“”‘’`，。！？；、\p{Han}]"
+# Where a stated password ends when the clause goes on: "hunter2 and my PIN is ...",
+# "hunter2 so please keep it safe", "P@ss w0rd user: bob" (another key).
+_PASSWORD_STOP = (
+    r"(?:(?:and|but|or|so|because|since|while|when|if|then)\s+(?:i|i'm|i’m|i've|i’ve|my|me|it|it's"
+    r"|it’s|its|the|this|that|you|your|we|our|he|she|his|her|they|their|don't|don’t|do|please)"
+    r"(?![\w'’-])|please(?![\w-])|thanks(?![\w-])|thank\s+you(?![\w-])"
+    r"|[\w.-]+\s*[:=：]|" + _PLACEHOLDER + ")"
+)
+# A stated password after "is", ":", "是", ...: the pieces up to the end of the clause
+# ("correct horse battery staple", "P@ss w0rd"); the first piece has 3+ characters.
+_VALUE_WORDS = (
+    rf"(?P<q>[\"'“‘`]?)(?![:：=]|{_PLACEHOLDER})"
+    rf"(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END}"
+    rf"(?:[ \t]+(?!{_PASSWORD_STOP}){_PIECE_CHARS}+?{_VALUE_END})*)"
+)
+# After no separator at all ("pwd hunter22", "密码abc123"): one piece, which for the
+# English abbreviations must hold a digit ("run pwd to see the folder" stays).
+_VALUE_ONE = (
+    rf"(?P<q>)(?![:：=]|{_PLACEHOLDER})(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END})"
 )
 _PASSWORD_EN = regex.compile(
-    r"(?P<head>(?<![A-Za-z])(?:pass(?:word|wd|code|phrase)|pwd)(?![A-Za-z])"
+    r"(?P<head>(?<![A-Za-z])(?:pass(?:word|wd|code|phrase)|(?P<abbr>pwd|pw))(?![A-Za-z])"
     # "the password for my bank account is ..."
     r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w'’.-]+){1,4}?)?"
-    r"(?:\s*[:=：]\s*|\s+(?:is|was)(?:\s+now)?\s+|\s*(?:是|为)\s*))"
-    rf"(?!{_NOT_A_PASSWORD})" + _VALUE,
+    r"(?:(?P<sep>\s*[:=：]\s*|\s+(?:is|was)(?:\s+(?:now|still))?(?:\s+(?:set|changed|updated|reset)\s+to)?\s+"
+    r"|\s*(?:是|为)\s*)|(?(abbr)\s+|(?!)))"
+    r")"
+    rf"(?(sep)(?!{_NOT_A_PASSWORD}){_VALUE_WORDS}|(?=[^\s0-9]*[0-9]){_VALUE_ONE})",
     regex.IGNORECASE,
 )
 _PASSWORD_ZH = regex.compile(
     r"(?P<head>(?:密码|密碼|口令)(?:也|都|还|就|仍然|依然)?"
-    r"(?:是|为|:|：|=|改成了?|改为|换成了?|设为|设成|设置为|设置成)?\s*)" + _VALUE,
+    r"(?:(?P<sep>是|为|:|：|=|改成了?|改为|换成了?|设为|设成|设置为|设置成)\s*|\s*))"
+    rf"(?(sep){_VALUE_WORDS}|{_VALUE_ONE})",
 )
 # PINs and one-time codes: the value must hold a digit ("the pin is broken" keeps "broken").
 _CODE = regex.compile(
@@ -74,10 +115,29 @@ _CODE = regex.compile(
     regex.IGNORECASE,
 )
 # Words one of which (lower-cased) is in every message the patterns above can match.
-_PASSWORD_WORDS = ("pass", "pwd", "密", "口令")
+_PASSWORD_WORDS = ("pass", "pw", "密", "口令")
 _CODE_WORDS = ("pin", "otp", "code", "码")
 
 # -- API keys and tokens ---------------------------------------------------------------
+
+# A key or token stated after its name: "my api key is abcd1234efgh5678", "api_key=...",
+# "access token: 9f8e7d6c5b4a", "我的API密钥是...", "令牌是...". The value is one piece of
+# 6+ key characters holding a letter and a digit ("my token is expired", "max tokens:
+# 128000" and "the api key is in the .env file" stay).
+_KEY_VALUE = (
+    r"(?P<q>[\"'`]?)(?!" + _PLACEHOLDER + r")"
+    r"(?=[A-Za-z0-9_+/=~.-]*[0-9])(?=[0-9_+/=~.-]*[A-Za-z])"
+    r"(?=[A-Za-z0-9_+/=~.-]{6})[A-Za-z0-9_+/=~-]+(?:\.[A-Za-z0-9_+/=~-]+)*(?![A-Za-z0-9_+/=~-])"
+)
+_KEY = regex.compile(
+    r"(?P<head>(?:(?<![A-Za-z0-9])(?:(?:api|access|secret|auth|client|app|private|refresh|session"
+    r"|personal[ _-]access|bot)[ _-]?(?:key|token|secret)|token|key[ _-]?id)(?![A-Za-z0-9])"
+    r"|(?:API|api)?\s*(?:密钥|秘钥|私钥|令牌|访问令牌))"
+    r"(?:也|还|就)?(?:\s*[:=：]\s*|\s+(?:is|was)(?:\s+now)?\s+|\s*(?:是|为)\s*))" + _KEY_VALUE,
+    regex.IGNORECASE,
+)
+# Words one of which (lower-cased) is in every message _KEY can match.
+_KEY_WORDS = ("key", "token", "secret", "密钥", "秘钥", "私钥", "令牌")
 
 _TOKEN = regex.compile(
     r"(?<![A-Za-z0-9_-])(?:"
@@ -142,6 +202,13 @@ _INTL_PHONE = regex.compile(
 _CN_LANDLINE = regex.compile(
     r"(?<![0-9A-Za-z+])(?:\(0[1-9][0-9]{1,2}\)[ -]?|0[1-9][0-9]{1,2}[ -])[0-9]{7,8}(?![0-9]|-[0-9])"
 )
+# Other landlines with a trunk 0: an area code in parentheses, then 6-8 digits in up to three
+# groups ("(020) 7946 0958", "(0755) 1234 5678", "(01632) 960 961"), or without them in
+# two groups after it split by one kind of separator ("020 7946 0958", "0755-1234-5678").
+_LANDLINE = regex.compile(
+    r"(?<![0-9A-Za-z+])(?:\(0[1-9][0-9]{1,3}\)[ -]?[0-9]{2,4}(?:[ -]?[0-9]{2,4}){0,2}"
+    r"|0[1-9][0-9]{1,3}(?P<sep>[ -])[0-9]{3,4}(?P=sep)[0-9]{4})(?![0-9]|[-.][0-9])"
+)
 # US style: 415-555-2671, (415) 555-2671, 415.555.2671, 1-415-555-2671.
 _US_PHONE = regex.compile(
     r"(?<![0-9A-Za-z+])(?:1[ .-])?(?:\([2-9][0-9]{2}\)\s?|[2-9][0-9]{2}[-.])[2-9][0-9]{2}[-.][0-9]{4}"
@@ -203,6 +270,14 @@ def _random(match: re.Match) -> str:
     return run
 
 
+def _landline(match: regex.Match) -> str:
+    text = match.group()
+    area, _, number = text.partition(")") if text.startswith("(") else ("", "", text)
+    if area:
+        return "[phone]" if 6 <= len(_digits(number)) <= 8 else text
+    return "[phone]" if 10 <= len(_digits(number)) <= 12 else text
+
+
 def _intl_phone(match: regex.Match) -> str:
     text = match.group()
     n = len(_digits(text)) - (2 if text.startswith("00") else 0)
@@ -216,6 +291,7 @@ _KEEP_HEAD = r"\g<head>\g<q>[secret]"
 # can match.
 _PASSWORDS: tuple[_Mask, ...] = ((_PASSWORD_EN, _KEEP_HEAD), (_PASSWORD_ZH, _KEEP_HEAD))
 _CODES: tuple[_Mask, ...] = ((_CODE, r"\g<head>[secret]"),)
+_KEYS: tuple[_Mask, ...] = ((_KEY, _KEEP_HEAD),)
 _TOKENS: tuple[_Mask, ...] = ((_TOKEN, "[secret]"),)
 _BEARERS: tuple[_Mask, ...] = ((_BEARER, r"\g<head>[secret]"),)
 _EMAILS: tuple[_Mask, ...] = ((_EMAIL, "[email]"),)
@@ -226,6 +302,7 @@ _NUMBERS: tuple[_Mask, ...] = (
     (_CARD, _card),
     (_INTL_PHONE, _intl_phone),
     (_CN_LANDLINE, "[phone]"),
+    (_LANDLINE, _landline),
     (_US_PHONE, "[phone]"),
 )
 
@@ -245,6 +322,8 @@ def mask_pii(text: str) -> str:
         masks.extend(_PASSWORDS)
     if has_digit and any(word in lower for word in _CODE_WORDS):
         masks.extend(_CODES)
+    if has_digit and any(word in lower for word in _KEY_WORDS):
+        masks.extend(_KEYS)
     if any(hint in text for hint in _TOKEN_HINTS):
         masks.extend(_TOKENS)
     if "bearer" in lower:

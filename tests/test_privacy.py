@@ -26,6 +26,15 @@ PHONES = [
     P("my cell is 415-555-2671", "my cell is [phone]", id="us-dashes"),
     P("my cell is (415) 555-2671!", "my cell is [phone]!", id="us-parens"),
     P("call 13812345678 3 times", "call [phone] 3 times", id="number-after-phone"),
+    P("(020) 7946 0958", "[phone]", id="uk-landline-parens"),
+    P("office (020) 7946 0958, ask for Ann", "office [phone], ask for Ann", id="uk-landline-in-sentence"),
+    P("(0755) 1234 5678", "[phone]", id="cn-landline-parens-grouped"),
+    P("办公室电话(0755) 1234 5678，找王经理", "办公室电话[phone]，找王经理", id="zh-landline-parens-grouped"),
+    P("(01632) 960 961 is the village shop", "[phone] is the village shop", id="uk-landline-5-digit-area"),
+    P("(0755) 12345678", "[phone]", id="cn-landline-parens-4-digit-area"),
+    P("London office 020 7946 0958", "London office [phone]", id="uk-landline-no-parens"),
+    P("深圳办公室 0755-1234-5678", "深圳办公室 [phone]", id="zh-landline-dashed-groups"),
+    P("call (020) 7946 0958 3 times", "call [phone] 3 times", id="number-after-landline"),
 ]
 
 EMAILS = [
@@ -84,11 +93,58 @@ SECRETS = [
     P("我的密码是13812345678", "我的密码是[secret]", id="stated-password-is-secret-not-phone"),
 ]
 
+# Keys and tokens stated after their name: the words stay, the value goes.
+STATED_KEYS = [
+    P("my api key is abcd1234efgh5678", "my api key is [secret]", id="api-key-is"),
+    P("api_key=abcdef123456", "api_key=[secret]", id="api-key-equals"),
+    P("my token is tok_12345abcdef", "my token is [secret]", id="token-is"),
+    P("access token: 9f8e7d6c5b4a", "access token: [secret]", id="access-token-colon"),
+    P("我的API密钥是abcd1234efgh5678", "我的API密钥是[secret]", id="zh-api-key"),
+    P("令牌是xyz789abc", "令牌是[secret]", id="zh-token"),
+    P("remember my API key is abcd1234efgh5678, thanks", "remember my API key is [secret], thanks",
+      id="api-key-in-sentence"),
+    P('set api_key="abc123def456" in .env', 'set api_key="[secret]" in .env', id="api-key-quoted"),
+    P("session token: a1b2c3d4. It expires tomorrow", "session token: [secret]. It expires tomorrow",
+      id="session-token-sentence-end"),
+    P("client secret is 7Fq2xLp9Rw", "client secret is [secret]", id="client-secret"),
+    P("记住我的访问令牌是xyz789abc，别外传", "记住我的访问令牌是[secret]，别外传", id="zh-token-in-sentence"),
+    P("私钥为 k3y-abc-123456 别丢了", "私钥为 [secret] 别丢了", id="zh-private-key"),
+]
+
+# Stated passwords: "pw"/"pwd", and a password with spaces runs to the end of its clause.
+STATED_PASSWORDS = [
+    P("pw: hunter22", "pw: [secret]", id="pw-colon"),
+    P("pwd hunter22", "pwd [secret]", id="pwd-space"),
+    P("my pw is hunter22.", "my pw is [secret].", id="pw-is"),
+    P("PWD: hunter22", "PWD: [secret]", id="pwd-upper"),
+    P("我的密码是 P@ss w0rd", "我的密码是 [secret]", id="zh-password-with-space"),
+    P("我的密码是 P@ss w0rd，别告诉别人", "我的密码是 [secret]，别告诉别人", id="zh-password-with-space-clause"),
+    P("我的密码是 P@ss w0rd 别忘了", "我的密码是 [secret] 别忘了", id="zh-password-with-space-then-chinese"),
+    P("密码改成了 new pass 2024。", "密码改成了 [secret]。", id="zh-password-changed-to"),
+    P("my password is correct horse battery staple", "my password is [secret]", id="passphrase"),
+    P("my password is correct horse battery staple. I like tea", "my password is [secret]. I like tea",
+      id="passphrase-sentence-end"),
+    P('my password is "correct horse battery staple".', 'my password is "[secret]".', id="passphrase-quoted"),
+    P("wifi password: open sesame 42, the network is Home", "wifi password: [secret], the network is Home",
+      id="passphrase-colon-comma"),
+    P("my password is hunter2 and my PIN is 1234", "my password is [secret] and my PIN is [secret]",
+      id="password-then-and-my"),
+    P("my password is blue sky 7 so please keep it safe", "my password is [secret] so please keep it safe",
+      id="password-then-so-please"),
+    P("pwd=s3cr3t user=bob", "pwd=[secret] user=bob", id="password-then-other-key"),
+    P("my password is set to hunter22", "my password is set to [secret]", id="password-set-to"),
+    P("my password is new123", "my password is [secret]", id="password-starting-with-a-state-word"),
+]
+
 MIXED = [
     P("I'm Bob, bob@example.com, 13812345678, card 4111111111111111, ID 11010519491231002X",
       "I'm Bob, [email], [phone], card [card], ID [id]", id="en-all"),
     P("我叫小明，电话+86 138 1234 5678，邮箱xm@example.cn，身份证11010519491231002X，密码是abc123",
       "我叫小明，电话[phone]，邮箱[email]，身份证[id]，密码是[secret]", id="zh-all"),
+    P("my api key is abcd1234efgh5678, pw: hunter22, office (020) 7946 0958",
+      "my api key is [secret], pw: [secret], office [phone]", id="en-keys-passwords-landline"),
+    P("我的API密钥是abcd1234efgh5678，密码是 P@ss w0rd，座机(0755) 1234 5678",
+      "我的API密钥是[secret]，密码是 [secret]，座机[phone]", id="zh-keys-passwords-landline"),
 ]
 
 UNCHANGED = [
@@ -120,9 +176,28 @@ UNCHANGED = [
     P("see https://github.com/someuser/some-repo/blob/main/path/to/file123.py", id="url-path"),
     P("3+4=7 and C++ 20", id="arithmetic"),
     P("ISBN 978-3-16-148410-0", id="isbn"),
+    P("the api key is invalid", id="api-key-no-value"),
+    P("my token is expired", id="token-no-value"),
+    P("max tokens: 128000", id="max-tokens-number"),
+    P("access token expires in 3600 seconds", id="token-expires"),
+    P("the token is 3 days old", id="token-age"),
+    P("Can you explain how the key exchange in TLS 1.3 works?", id="key-exchange"),
+    P("API密钥是什么？有效期3天", id="zh-api-key-question"),
+    P("令牌是什么", id="zh-token-question"),
+    P("run pwd to see the folder", id="pwd-command"),
+    P("my password is correct.", id="password-is-correct"),
+    P("my password is correct now", id="password-is-correct-now"),
+    P("my password is weak and short", id="password-weak-and-short"),
+    P("my password is stored securely", id="password-stored-adverb"),
+    P("my password is the same as before", id="password-same"),
+    P("my password is 12 characters long", id="password-length"),
+    P("我的密码是8位数字", id="zh-password-eight-digits"),
+    P("see page (012) 34", id="parens-short"),
+    P("(0) 123 4567", id="parens-trunk-only"),
+    P("open from 0900 to 1730", id="opening-hours"),
 ]
 
-ALL_MASKED = PHONES + EMAILS + IDS + CARDS + SECRETS + MIXED
+ALL_MASKED = PHONES + EMAILS + IDS + CARDS + SECRETS + STATED_KEYS + STATED_PASSWORDS + MIXED
 
 
 @pytest.mark.parametrize("text, expected", PHONES)
@@ -150,6 +225,16 @@ def test_secrets_keys_and_passwords(text, expected):
     assert mask_pii(text) == expected
 
 
+@pytest.mark.parametrize("text, expected", STATED_KEYS)
+def test_stated_keys_and_tokens(text, expected):
+    assert mask_pii(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", STATED_PASSWORDS)
+def test_stated_passwords(text, expected):
+    assert mask_pii(text) == expected
+
+
 @pytest.mark.parametrize("text, expected", MIXED)
 def test_several_kinds_in_one_message(text, expected):
     assert mask_pii(text) == expected
@@ -171,6 +256,17 @@ def test_bad_id_checksum_falls_to_the_other_rules():
 def test_idempotent(text):
     once = mask_pii(text)
     assert mask_pii(once) == once
+
+
+@pytest.mark.parametrize("text", [
+    "pw is " * 10_000, "my password is " + "ab! " * 10_000, "api key: " + "a1." * 10_000,
+    "(0" + "1 " * 10_000, "密码是 a " * 10_000, "password: " + "x" * 5_000 + "!" * 5_000,
+], ids=["pw-is", "password-pieces", "key-dots", "parens", "zh-pieces", "punctuation-run"])
+def test_long_hostile_input_stays_fast(text):
+    import time
+    start = time.perf_counter()
+    mask_pii(text)
+    assert time.perf_counter() - start < 1.0
 
 
 def test_checksums():
