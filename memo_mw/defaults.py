@@ -43,6 +43,10 @@ WEIGHT_RELEVANCE = 0.7
 WEIGHT_RECENCY = 0.1
 WEIGHT_HOTNESS = 0.2
 
+#: Relevance a topic shared by the query and a memory adds (capped at 1): enough to bring a
+#: memory with no word in common into the block, less than a real lexical match.
+WEIGHT_TOPIC = 0.3
+
 #: Recency decay per day since last access: ``exp(-RECENCY_DECAY * days)``.
 RECENCY_DECAY = 0.01
 

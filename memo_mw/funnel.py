@@ -21,6 +21,7 @@ from . import defaults
 from .privacy import mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
 from .text import memory_key, nfkc
+from .topics import TopicTagger
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class Candidate:
     confidence: float
     ttl_days: float | None
     language: str
+    topics: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -112,6 +114,7 @@ class Funnel:
     def __init__(self, rules: RuleSet, *, timeout: float = defaults.REGEX_TIMEOUT):
         self.rules = rules
         self.timeout = timeout
+        self.topics = TopicTagger(rules.topics)
         # One pass per file instead of one per pattern: fillers joined into one
         # alternation, and the file's triggers joined into a prefilter that rules out
         # most sentences (which trigger nothing) in a single search.
@@ -296,6 +299,7 @@ class Funnel:
         return Candidate(
             type=trigger.type, key=key, polarity=trigger.polarity, content=content,
             excerpt=hit.sentence, rule_id=trigger.id, confidence=trigger.confidence,
+            topics=sorted(self.topics.tag(f"{content} {hit.sentence}")),
             ttl_days=trigger.ttl_days, language=rule_file.language,
         )
 

@@ -74,7 +74,7 @@ class Recaller:
         if state.shown:
             memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
         return score(memories, message, now=now, config=config or self.config,
-                     recall_all=self.funnel.is_recall_all(message))
+                     recall_all=self.funnel.is_recall_all(message), topics=self.funnel.topics.tag)
 
 
 def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:

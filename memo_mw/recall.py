@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ class RecallConfig:
     w_recency: float = defaults.WEIGHT_RECENCY
     w_hotness: float = defaults.WEIGHT_HOTNESS
     decay: float = defaults.RECENCY_DECAY
+    #: Relevance a shared topic adds (capped at 1): "cook lunch" ~ "doesn't eat pork".
+    w_topic: float = defaults.WEIGHT_TOPIC
 
 
 def _weight(token: str) -> float:
@@ -49,13 +51,19 @@ def relevance(query_tokens: set[str], memory_tokens: set[str]) -> float:
 
 
 def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None = None,
-          config: RecallConfig = RecallConfig(), recall_all: bool = False) -> list[dict[str, Any]]:
-    """The memories to inject for ``query``, best first, each with its ``score``."""
+          config: RecallConfig = RecallConfig(), recall_all: bool = False,
+          topics: Callable[[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
+    """The memories to inject for ``query``, best first, each with its ``score``.
+
+    ``topics(text)`` tags text with the rules' topics; a memory sharing a topic with the
+    query gains ``config.w_topic`` of relevance (a memory's stored tags are used when it has them).
+    """
     now = time.time() if now is None else now
     memories = list(memories)
     if not memories:
         return []
     query_tokens = tokens(query)
+    query_topics = topics(query) if topics is not None else frozenset()
     max_hits = max(int(m.get("hits") or 0) for m in memories)
     scored = []
     for memory in memories:
@@ -63,6 +71,10 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         if not confirm and memory.get("expires_at") is not None and memory["expires_at"] <= now:
             continue  # expired: not injected until maintenance asks for a confirmation
         rel = relevance(query_tokens, tokens(f"{memory['content']} {memory['key']}"))
+        if query_topics:
+            memory_topics = set(memory.get("topics") or ()) or topics(memory["content"])
+            if query_topics & memory_topics:
+                rel = min(1.0, rel + config.w_topic)
         last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
         days = max(0.0, (now - float(last)) / 86400)
         recency = math.exp(-config.decay * days)

@@ -30,7 +30,7 @@ FORGET_SCOPES = ("all", "match")
 
 _TOP_KEYS = {
     "version", "language", "max_length", "max_capture", "fillers", "trailing", "key_prefixes",
-    "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive",
+    "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive", "topics",
 }
 _TRIGGER_KEYS = {"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days", "examples",
                  "pronouns"}
@@ -115,6 +115,7 @@ class RuleFile:
     fillers: list[regex.Pattern] = field(default_factory=list)
     trailing: tuple[str, ...] = ()
     key_prefixes: tuple[str, ...] = ()
+    topics: dict[str, tuple[str, ...]] = field(default_factory=dict)  # topic -> words (case-folded)
     pronouns: list[tuple[regex.Pattern, str]] = field(default_factory=list)
     triggers: list[Trigger] = field(default_factory=list)
     negative: list[Gate] = field(default_factory=list)
@@ -136,6 +137,15 @@ class RuleSet:
 
     def gates(self, kind: str) -> list[Gate]:
         return [g for f in self.files for g in getattr(f, kind)]
+
+    @property
+    def topics(self) -> dict[str, tuple[str, ...]]:
+        """Every file's topic lexicons, merged by topic name (``food`` in zh.yaml and en.yaml is one topic)."""
+        merged: dict[str, tuple[str, ...]] = {}
+        for rule_file in self.files:
+            for name, words in rule_file.topics.items():
+                merged[name] = merged.get(name, ()) + words
+        return merged
 
 
 def default_rule_paths() -> list[str]:
@@ -270,6 +280,17 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
         max_length=_positive_int(data, "max_length", defaults.MAX_MESSAGE_CHARS, report),
         max_capture=_positive_int(data, "max_capture", defaults.MAX_CAPTURE_CHARS, report),
     )
+    topics = data.get("topics") or {}
+    if not isinstance(topics, dict):
+        report(data, None, "topics must be a mapping of topic name: [words]", key="topics")
+    else:
+        for name, words in topics.items():
+            if name in _META_KEYS:
+                continue
+            if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+                report(topics, None, f"topic {name!r} must be a list of non-empty strings", key=name)
+                continue
+            rule_file.topics[str(name)] = tuple(w.strip().casefold() for w in words)
     for t in _list(data, "key_prefixes", report):
         if isinstance(t, str) and t.strip():
             rule_file.key_prefixes += (t.strip().casefold(),)
