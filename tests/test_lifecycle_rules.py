@@ -13,7 +13,11 @@ and in English:
   memory in the *same slot* (key) as the older positive statement, so the older one is
   ``superseded`` (inactive, ``superseded_by`` the new id) and the newer is active. This
   relies on ``key_prefixes`` (喝咖啡 / 咖啡, playing tennis / tennis) and on ``trailing``
-  ("anymore" and 了 never reach a key or a summary).
+  ("anymore" and 了 never reach a key or a summary);
+- **answer style**: style memories have one fixed key per dimension (``style:language``,
+  ``style:length``, ``style:format``, ``style:emoji``, ``style:tone``, ``style:name``), the
+  same in both languages, so a newer instruction on a dimension supersedes the older one
+  ("以后用中文回答" then "以后用英文回答") and instructions on different dimensions coexist.
 
 The sentences are written for these tests; none comes from a dataset.
 """
@@ -29,6 +33,7 @@ from memo_mw.funnel import Funnel
 from memo_mw.pipeline import remember_payload
 from memo_mw.rules import load_rules
 from memo_mw.store import Store
+from memo_mw.text import memory_key
 
 T0 = 1_700_000_000
 USER = "u"
@@ -77,6 +82,12 @@ DUPLICATES = [
     pytest.param("我现在不喝咖啡了", ["其实我现在不喝咖啡了！", "我现在不喝咖啡了。。。"], id="zh-drift-restated"),
     pytest.param("我不吃辣", ["我不吃辣了"], id="zh-final-le-is-not-a-new-memory"),
     pytest.param("我戒烟了", ["其实，我已经戒烟了！"], id="zh-quit-smoking-restated"),
+    # synonyms: one summary verb per polarity, as in English
+    pytest.param("我喜欢喝咖啡", ["我爱喝咖啡", "我超爱喝咖啡！", "我热爱喝咖啡"], id="zh-synonym-love"),
+    pytest.param("我讨厌排队", ["我受不了排队", "我真的很反感排队", "我不喜欢排队"], id="zh-synonym-hate"),
+    pytest.param("我对摄影很感兴趣", ["我对摄影有兴趣"], id="zh-synonym-interest"),
+    pytest.param("我最喜欢的歌手是周杰伦", ["我最爱的歌手是周杰伦"], id="zh-synonym-favourite"),
+    pytest.param("以后回答简短一点", ["回答简短一点", "从现在起，回答简短一点！"], id="zh-style-restated"),
     # English
     pytest.param("I love coffee", ["Um, actually I LOVE COFFEE!!!", "I like coffee.", "i love coffee"], id="en-fillers-case-synonym"),
     pytest.param("I like playing tennis", ["Ｉ ｌｉｋｅ ｐｌａｙｉｎｇ ｔｅｎｎｉｓ．", "Well, I like playing tennis!"], id="en-fullwidth"),
@@ -84,6 +95,8 @@ DUPLICATES = [
     pytest.param("I don't drink coffee anymore", ["I don't drink coffee any more.", "Um, I don't drink coffee anymore!!"], id="en-anymore-forms"),
     pytest.param("I'm not into running anymore", ["Honestly, I'm not into running any longer."], id="en-not-into-restated"),
     pytest.param("I no longer play tennis", ["I don't play tennis anymore", "Actually, I no longer play tennis."], id="en-no-longer-forms"),
+    pytest.param("From now on, keep your answers short", ["keep your answers short", "Going forward, keep your answers short."],
+                 id="en-style-restated"),
 ]
 
 
@@ -218,4 +231,59 @@ def test_changes_of_one_user_leave_other_slots_alone(funnel, store):
     assert sorted((m["key"], m["polarity"]) for m in active(store)) == [
         ("golf", 1), ("tennis", -1), ("咖啡", -1), ("茶", 1)]
     assert sorted(m["key"] for m in rows(store) if m["status"] == "superseded") == ["tennis", "咖啡"]
+    assert_one_active_per_slot(store)
+
+
+# -- answer style: a newer instruction on the same dimension supersedes ------------------------
+
+STYLE_CHANGES = [
+    # language
+    pytest.param("以后用中文回答", "以后用英文回答", "style:language", id="zh-language"),
+    pytest.param("answer in Chinese", "answer in English", "style:language", id="en-language"),
+    pytest.param("From now on, answer in Spanish", "以后请用中文回答我", "style:language", id="en-then-zh-language"),
+    # length
+    pytest.param("回答简短一点", "回答详细一点", "style:length", id="zh-length"),
+    pytest.param("以后的回答不要超过三句话", "以后回答详细一点", "style:length", id="zh-length-limit"),
+    pytest.param("keep your answers short", "give me detailed answers", "style:length", id="en-length"),
+    pytest.param("I prefer short answers", "From now on, give me longer answers", "style:length", id="en-length-prefer"),
+    # format
+    pytest.param("以后用列表回答", "以后的回答用表格", "style:format", id="zh-format"),
+    pytest.param("Always reply in bullet points", "From now on, answer in plain text paragraphs", "style:format",
+                 id="en-format"),
+    # emoji
+    pytest.param("以后别用表情符号", "以后回答多加点表情", "style:emoji", id="zh-emoji"),
+    pytest.param("Going forward, don't use emojis", "From now on, add emojis to your answers", "style:emoji",
+                 id="en-emoji"),
+    # tone
+    pytest.param("以后说话正式一点", "以后说话轻松一点", "style:tone", id="zh-tone"),
+    pytest.param("Always reply in a formal tone", "From now on, be more casual", "style:tone", id="en-tone"),
+    # name
+    pytest.param("以后叫我小王", "以后叫我老王", "style:name", id="zh-name"),
+    pytest.param("call me Sam", "You can call me Alex", "style:name", id="en-name"),
+    pytest.param("call me Sam", "叫我小周就行", "style:name", id="en-then-zh-name"),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "key"), STYLE_CHANGES)
+def test_a_newer_answer_style_supersedes_the_older_one(funnel, store, before, after, key):
+    slot = memory_key(key)
+    [old_candidate], _ = say(funnel, store, before, T0)
+    assert (old_candidate.type, old_candidate.key) == ("style", slot)
+    [new_candidate], outcomes = say(funnel, store, after, T0 + 3600)
+    assert (new_candidate.type, new_candidate.key, outcomes) == ("style", slot, ["superseded"])
+    old, new = rows(store)
+    _check_superseded(store, old["id"], new["id"], slot, 1)
+    assert [m["content"] for m in active(store)] == [new_candidate.content]
+
+
+def test_answer_styles_of_different_dimensions_stay_together(funnel, store):
+    messages = ["以后用中文回答", "以后回答简短一点", "以后用列表回答", "以后别用表情符号", "以后说话温柔一点",
+                "以后叫我小王", "From now on, explain with examples"]
+    for n, text in enumerate(messages):
+        say(funnel, store, text, T0 + 60 * n)
+    memories = active(store)
+    assert len(memories) == len(messages) and {m["type"] for m in memories} == {"style"}
+    assert sorted(m["key"] for m in memories) == sorted(
+        memory_key(k) for k in ("style:language", "style:length", "style:format", "style:emoji", "style:tone",
+                                "style:name", "explain with examples"))
     assert_one_active_per_slot(store)
