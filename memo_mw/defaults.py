@@ -47,6 +47,11 @@ WEIGHT_HOTNESS = 0.2
 #: memory with no word in common into the block, less than a real lexical match.
 WEIGHT_TOPIC = 0.3
 
+#: Hotness is ``log(1 + hits) / log(1 + max(HOTNESS_FULL, most hits among the candidates))``:
+#: a memory needs about this many recalls before hotness counts fully, so a single
+#: restatement or recall does not outweigh relevance.
+HOTNESS_FULL = 10
+
 #: Recency decay per day since last access: ``exp(-RECENCY_DECAY * days)``.
 RECENCY_DECAY = 0.01
 

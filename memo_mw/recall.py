@@ -33,6 +33,8 @@ class RecallConfig:
     decay: float = defaults.RECENCY_DECAY
     #: Relevance a shared topic adds (capped at 1): "cook lunch" ~ "doesn't eat pork".
     w_topic: float = defaults.WEIGHT_TOPIC
+    #: Hits at which hotness is full (the floor of its normalisation).
+    hotness_full: int = defaults.HOTNESS_FULL
 
 
 def _weight(token: str) -> float:
@@ -64,7 +66,9 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         return []
     query_tokens = tokens(query)
     query_topics = topics(query) if topics is not None else frozenset()
-    max_hits = max(int(m.get("hits") or 0) for m in memories)
+    # Normalised by the hottest candidate, but never by fewer than HOTNESS_FULL hits: one
+    # restatement must not make a memory "hottest" and outrank a more relevant one.
+    max_hits = max(config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
     scored = []
     for memory in memories:
         confirm = memory.get("status") == "pending_confirm"

@@ -88,8 +88,13 @@ def test_score_formula_and_weights():
     ranked = {m["id"]: m for m in score([hot, cold], "jazz", now=NOW)}
     rel_hot = relevance(tokens("jazz"), tokens("likes jazz likes jazz"))
     rel_cold = relevance(tokens("jazz"), tokens("likes jazz clubs likes jazz clubs"))
-    assert ranked[1]["score"] == pytest.approx(0.7 * rel_hot + 0.1 * math.exp(-0.1) + 0.2 * 1.0, abs=1e-6)
+    # hotness: log(1 + 3) normalised by log(1 + 10), HOTNESS_FULL being more than the most hits here
+    hot_part = 0.2 * math.log(4) / math.log(11)
+    assert ranked[1]["score"] == pytest.approx(0.7 * rel_hot + 0.1 * math.exp(-0.1) + hot_part, abs=1e-6)
     assert ranked[2]["score"] == pytest.approx(0.7 * rel_cold + 0.1 * math.exp(-1.0) + 0.0, abs=1e-6)
+    hotter = {**hot, "hits": 40}  # beyond HOTNESS_FULL, the hottest candidate sets the scale
+    assert score([hotter, cold], "jazz", now=NOW)[0]["score"] == pytest.approx(
+        0.7 * rel_hot + 0.1 * math.exp(-0.1) + 0.2, abs=1e-6)
     weights = RecallConfig(w_relevance=1.0, w_recency=0.0, w_hotness=0.0, decay=0.5)
     assert score([hot], "jazz", now=NOW, config=weights)[0]["score"] == pytest.approx(rel_hot, abs=1e-6)
 
