@@ -85,3 +85,17 @@ MAINTAIN_INTERVAL = 3600
 #: Seconds a captured memory counts as pending (recalled before its job has stored it).
 #: The job drops it once stored; this bounds what a lost job leaves behind.
 PENDING_TTL = 600
+
+#: Recall reads through the term index (memo_mw.index) only for a user with more active memories
+#: than this. Below it, loading and scoring every memory is as fast as the index's several small
+#: queries (see bench/recall.py), and it is the reference the index path must agree with.
+RECALL_INDEX_MIN_MEMORIES = 300
+
+#: Index path: how many of the memories sharing a term with the message are loaded and scored
+#: (those with the best possible score). Far more than k, so the k-th pick nearly always beats
+#: every memory left out, which recall checks; when it does not, every memory is loaded.
+RECALL_INDEX_CANDIDATES = 200
+
+#: Index path, for "what do you know about me": the most recent and the hottest memories loaded
+#: besides the matching ones (such a question shows memories with no word in common).
+RECALL_INDEX_RECENT = 50

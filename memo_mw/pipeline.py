@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 from typing import Any
 
+from . import defaults, index
 from .funnel import Funnel, FunnelResult
 from .recall import RecallConfig, score
 from .store import Store
@@ -43,10 +44,18 @@ class Recaller:
     request, and a connection per thread would be opened and thrown away each time.
     """
 
-    def __init__(self, db: str, funnel: Funnel, config: RecallConfig):
+    def __init__(self, db: str, funnel: Funnel, config: RecallConfig, *, indexed: bool = True,
+                 index_min: int = defaults.RECALL_INDEX_MIN_MEMORIES,
+                 index_candidates: int = defaults.RECALL_INDEX_CANDIDATES):
         self.db = db
         self.funnel = funnel
         self.config = config
+        #: Read through the term index for users with more than ``index_min`` active memories.
+        self.indexed = indexed
+        self.index_min = index_min
+        self.index_candidates = index_candidates
+        #: How many recalls went through the index, and how many of those fell back to loading all.
+        self.stats = {"indexed": 0, "fallback": 0}
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
 
     def recall(self, user_id: str, message: str, *, now: float, state: UserState = EMPTY,
@@ -56,25 +65,48 @@ class Recaller:
         Pending payloads are merged in (read-your-own-writes); whatever a recent forget
         request names is left out, from the request that asks until long after its job has
         run; an expired memory already asked about is not asked about again.
+
+        A user with many memories is read through the term index (memo_mw.index), which gives
+        the same memories as loading and scoring all of them, or says it cannot be sure (then
+        all are loaded).
         """
+        config = config or self.config
+        recall_all = self.funnel.is_recall_all(message)
         try:
             store = self._pool.get_nowait()
         except queue.Empty:
             store = Store(self.db, readonly=True)
         try:
-            memories = store.recall_candidates(user_id)
+            chosen = None
+            if self.indexed and store.active_count(user_id) > self.index_min and store.has_index():
+                self.stats["indexed"] += 1
+                pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
+                chosen = index.recall(store, user_id, message, now=now, config=config, recall_all=recall_all,
+                                      tagger=self.funnel.topics, pending_keys=pending_keys,
+                                      candidates=self.index_candidates,
+                                      visible=lambda rows: visible(rows, state))
+                if chosen is None:
+                    self.stats["fallback"] += 1
+            if chosen is None:
+                chosen = score(visible(store.recall_candidates(user_id), state), message, now=now,
+                               config=config, recall_all=recall_all, topics=self.funnel.topics.tag)
         except BaseException:
             store.close()  # a connection that failed is not put back
             raise
         self._pool.put(store)
-        if state.pending:
-            memories = merge_pending(memories, state.pending)
-        if state.forgets:
-            memories = [m for m in memories if not forgotten(m, state.forgets)]
-        if state.shown:
-            memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
-        return score(memories, message, now=now, config=config or self.config,
-                     recall_all=self.funnel.is_recall_all(message), topics=self.funnel.topics.tag)
+        return chosen
+
+
+def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:
+    """Stored memories as this request sees them: pending statements merged in, whatever a recent
+    forget request names left out, expired ones already asked about left out."""
+    if state.pending:
+        memories = merge_pending(memories, state.pending)
+    if state.forgets:
+        memories = [m for m in memories if not forgotten(m, state.forgets)]
+    if state.shown:
+        memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
+    return memories
 
 
 def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:

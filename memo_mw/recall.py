@@ -54,11 +54,14 @@ def relevance(query_tokens: set[str], memory_tokens: set[str]) -> float:
 
 def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None = None,
           config: RecallConfig = RecallConfig(), recall_all: bool = False,
-          topics: Callable[[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
+          topics: Callable[[str], frozenset[str]] | None = None,
+          max_hits: int | None = None) -> list[dict[str, Any]]:
     """The memories to inject for ``query``, best first, each with its ``score``.
 
     ``topics(text)`` tags text with the rules' topics; a memory sharing a topic with the
     query gains ``config.w_topic`` of relevance (a memory's stored tags are used when it has them).
+    ``max_hits``: the most hits among the user's memories, by default the most among ``memories``
+    (the index path passes it: it scores only some of them).
     """
     now = time.time() if now is None else now
     memories = list(memories)
@@ -68,7 +71,9 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     query_topics = topics(query) if topics is not None else frozenset()
     # Normalised by the hottest candidate, but never by fewer than HOTNESS_FULL hits: one
     # restatement must not make a memory "hottest" and outrank a more relevant one.
-    max_hits = max(config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
+    if max_hits is None:
+        max_hits = max(int(m.get("hits") or 0) for m in memories)
+    max_hits = max(config.hotness_full, max_hits)
     scored = []
     for memory in memories:
         confirm = memory.get("status") == "pending_confirm"

@@ -23,6 +23,7 @@ import sqlite_utils
 
 from . import defaults
 from .exceptions import StoreError
+from .index import memory_terms
 from .text import normalize, tokens
 from .userstate import MATCH_SHARE
 
@@ -62,6 +63,53 @@ def m002_confirmation(db: sqlite_utils.Database) -> None:
     db["memories"].add_column("confirm_shown_at", int)
     db["memories"].add_column("remove_at", int)
     db["memories"].create_index(["status", "expires_at"])
+
+
+@migrations()
+def m003_memory_terms(db: sqlite_utils.Database) -> None:
+    # The term index recall uses for users with many memories (see memo_mw.index): a plain
+    # table rather than FTS5, whose deletes leave terms in its segments until a merge (SQLite
+    # 3.40 has no FTS5 secure-delete); these rows are overwritten on delete like the memory's.
+    db.execute("create table memory_terms (user_id text not null, term text not null,"
+               " memory_id integer not null, primary key (user_id, term, memory_id)) without rowid")
+    db.execute("create index memory_terms_memory on memory_terms (memory_id)")
+    # The memory's token weight; NULL: not indexed (written by other code), always loaded.
+    db["memories"].add_column("terms_norm", float)
+    db.execute("create index memories_unindexed on memories (user_id) where terms_norm is null")
+    # Always shown by recall, so always loaded: style memories, expired ones awaiting confirmation.
+    db.execute("create index memories_always on memories (user_id) where type = 'style' or status = 'pending_confirm'")
+    db.execute("create index memories_hits on memories (user_id, hits)")
+    # A memory's terms go with it, whatever deletes it. A change to what they are made of
+    # un-indexes the memory (recall then loads it) until Store.reindex() runs.
+    db.execute("create trigger memory_terms_delete after delete on memories begin"
+               " delete from memory_terms where memory_id = old.id; end")
+    db.execute("create trigger memory_terms_stale after update of content, key, topics, user_id on memories"
+               " when old.content is not new.content or old.key is not new.key"
+               " or old.topics is not new.topics or old.user_id is not new.user_id begin"
+               " delete from memory_terms where memory_id = old.id;"
+               " update memories set terms_norm = null where id = new.id; end")
+    reindex(db)
+
+
+def reindex(db: sqlite_utils.Database, batch: int = 5000) -> int:
+    """Index the memories not indexed (every one, on migration); returns how many."""
+    done = 0
+    while True:
+        rows = db.execute("select id, user_id, content, key, topics from memories where terms_norm is null"
+                          " order by id limit ?", [batch]).fetchall()
+        if not rows:
+            return done
+        for memory_id, user_id, content, key, topics_json in rows:
+            _index_memory(db, memory_id, user_id, content, key, json.loads(topics_json or "[]"))
+        done += len(rows)
+
+
+def _index_memory(db: sqlite_utils.Database, memory_id: int, user_id: str, content: str, key: str,
+                  topics: list[str]) -> None:
+    terms, norm = memory_terms(content, key, topics)
+    db.conn.executemany("insert or ignore into memory_terms (user_id, term, memory_id) values (?, ?, ?)",
+                        [(user_id, t, memory_id) for t in terms])
+    db.execute("update memories set terms_norm = ? where id = ?", [norm, memory_id])
 
 
 #: Statuses. Only ``active`` memories are ``active = 1``.
@@ -154,6 +202,74 @@ class Store:
             _SELECT + " where user_id = ? and (active = 1 or (status = ? and confirm_shown_at is null))"
                       " order by id", [user_id, PENDING_CONFIRM]).fetchall()]
 
+    # -- reads through the term index (memo_mw.index) -----------------------------------
+
+    _POOL = "(active = 1 or (status = 'pending_confirm' and confirm_shown_at is null))"
+
+    def active_count(self, user_id: str) -> int:
+        return self.db.execute("select count(*) from memories where user_id = ? and active = 1",
+                               [user_id]).fetchone()[0]
+
+    def has_index(self) -> bool:
+        """Whether the database has the term index (a read-only open of an older file may not)."""
+        return self.db.execute("select 1 from sqlite_master where type = 'table' and name = 'memory_terms'"
+                               ).fetchone() is not None
+
+    def index_matches(self, user_id: str, words: Iterable[str], topical: Iterable[str]) -> list[dict[str, Any]]:
+        """The user's recallable memories sharing a term with the query: ``common`` (the weight of
+        the shared words), ``topical`` (shares a topic term), and what recency and hotness use."""
+        words, topical = sorted(set(words)), sorted(set(topical))
+        every = sorted(set(words) | set(topical))
+        if not every:
+            return []
+        sql = (
+            "select m.id, t.common, t.topical, m.terms_norm, m.hits, m.last_accessed, m.source_ts, m.created_at"
+            " from (select memory_id, sum(case when term in ({w}) then (case when length(term) = 1 then 0.3"
+            " else 1.0 end) else 0 end) as common, max(term in ({tp})) as topical"
+            " from memory_terms where user_id = ? and term in ({all}) group by memory_id) t"
+            " join memories m on m.id = t.memory_id where m.user_id = ? and {pool}"
+        ).format(w=",".join("?" * len(words)) or "null", tp=",".join("?" * len(topical)) or "null",
+                 all=",".join("?" * len(every)), pool=self._POOL)
+        names = ("id", "common", "topical", "terms_norm", "hits", "last_accessed", "source_ts", "created_at")
+        return [dict(zip(names, r)) for r in self.db.execute(sql, [*words, *topical, user_id, *every, user_id])]
+
+    def index_hottest(self, user_id: str, n: int) -> list[dict[str, Any]]:
+        return [{"id": i, "hits": h} for i, h in self.db.execute(
+            f"select id, hits from memories where user_id = ? and {self._POOL} order by hits desc, id limit ?",
+            [user_id, n])]
+
+    def index_latest(self, user_id: str, n: int) -> list[dict[str, Any]]:
+        """The n last used or said (recall's recency order: last_accessed, else source_ts, else created_at)."""
+        names = ("id", "last_accessed", "source_ts", "created_at")
+        return [dict(zip(names, r)) for r in self.db.execute(
+            f"select {', '.join(names)} from memories where user_id = ? and {self._POOL} order by"
+            " coalesce(nullif(last_accessed, 0), nullif(source_ts, 0), nullif(created_at, 0), 9e18) desc, id"
+            " limit ?", [user_id, n])]
+
+    def index_always_ids(self, user_id: str) -> set[int]:
+        return {r[0] for r in self.db.execute(
+            "select id from memories where user_id = ? and (type = 'style' or status = 'pending_confirm')"
+            f" and {self._POOL}", [user_id])}
+
+    def index_unindexed_ids(self, user_id: str) -> set[int]:
+        return {r[0] for r in self.db.execute(
+            f"select id from memories where user_id = ? and terms_norm is null and {self._POOL}", [user_id])}
+
+    def index_same_key_ids(self, user_id: str, keys: Iterable[str]) -> set[int]:
+        keys = sorted(keys)
+        return {r[0] for r in self.db.execute(
+            f"select id from memories where user_id = ? and key in ({','.join('?' * len(keys))}) and {self._POOL}",
+            [user_id, *keys])}
+
+    def index_rows(self, user_id: str, ids: list[int]) -> list[dict[str, Any]]:
+        """These recallable memories of the user, oldest first."""
+        out = []
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            out += self.db.execute(_SELECT + f" where user_id = ? and id in ({','.join('?' * len(chunk))})"
+                                   f" and {self._POOL}", [user_id, *chunk]).fetchall()
+        return [row_to_memory(r) for r in sorted(out)]
+
     def get(self, memory_id: int) -> dict[str, Any] | None:
         row = self.db.execute(_SELECT + " where id = ?", [memory_id]).fetchone()
         return row_to_memory(row) if row else None
@@ -239,9 +355,12 @@ class Store:
             "topics": json.dumps(candidate.get("topics", [])), "superseded_by": None,
             "language": candidate.get("language"),
         }
+        terms, values["terms_norm"] = memory_terms(values["content"], values["key"], candidate.get("topics", []))
         new_id = self.db.execute(
             f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
             list(values.values())).lastrowid
+        self.db.conn.executemany("insert into memory_terms (user_id, term, memory_id) values (?, ?, ?)",
+                                 [(user_id, t, new_id) for t in terms])
         # A newer statement on the same slot wins: the opposite polarity ("不喜欢" after
         # "喜欢") or a new value for the slot ("lives in Paris" after "lives in Berlin").
         for row in same_slot:
@@ -251,6 +370,11 @@ class Store:
     def _update(self, memory_id: int, values: dict[str, Any]) -> None:
         assignments = ", ".join(f"{name} = ?" for name in values)
         self.db.execute(f"update memories set {assignments} where id = ?", [*values.values(), memory_id])
+
+    def reindex(self) -> int:
+        """Index the memories written without their terms (by other code); returns how many."""
+        with self.write():
+            return reindex(self.db)
 
     def touch(self, user_id: str, ids: Iterable[int], ts: int) -> int:
         """Count a recall of these memories (hotness) and refresh ``last_accessed`` (recency)."""
