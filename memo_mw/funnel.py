@@ -119,7 +119,8 @@ class Funnel:
         # alternation, and the file's triggers joined into a prefilter that rules out
         # most sentences (which trigger nothing) in a single search.
         self._fillers = [(_SCRIPT_OF.get(f.language), _union(f.fillers)) for f in rules.files if f.fillers]
-        self._prefilters = {id(f): _union([t.pattern for t in f.triggers]) for f in rules.files}
+        # Triggers with `requires` stay out of the prefilter: their own word check is cheaper.
+        self._prefilters = {id(f): _union([t.pattern for t in f.triggers if not t.requires]) for f in rules.files}
         # The gate lists each stage reads, sorted by scope once rather than per message.
         by_scope = lambda gates, scope: [g for g in gates if g.scope == scope]  # noqa: E731
         self._negative_message = by_scope(rules.gates("negative"), "message")
@@ -268,16 +269,24 @@ class Funnel:
     def _triggers(self, sentences: list[str]) -> list[_Hit]:
         hits = []
         for sentence in sentences:
-            scripts = _scripts(sentence)
+            scripts, folded = _scripts(sentence), sentence.casefold()
             for rule_file in self.rules.files:
                 needed = _SCRIPT_OF.get(rule_file.language)
                 if needed is not None and needed not in scripts:
                     continue  # a Chinese rule cannot match a sentence without Chinese characters
                 prefilter = self._prefilters[id(rule_file)]
-                if prefilter is not None and self._ruled_out(prefilter, sentence, rule_file.path):
-                    continue
-                hit = next((_Hit(sentence, t, m, rule_file) for t in rule_file.triggers
-                            if (m := self._search(t.pattern, sentence, t.id)) is not None), None)
+                others_out = prefilter is not None and self._ruled_out(prefilter, sentence, rule_file.path)
+                hit = None
+                for trigger in rule_file.triggers:
+                    if trigger.requires:
+                        if not any(word in folded for word in trigger.requires):
+                            continue
+                    elif others_out:
+                        continue
+                    match = self._search(trigger.pattern, sentence, trigger.id)
+                    if match is not None:
+                        hit = _Hit(sentence, trigger, match, rule_file)
+                        break
                 if hit is not None:
                     hits.append(hit)
                     break

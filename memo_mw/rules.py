@@ -33,7 +33,7 @@ _TOP_KEYS = {
     "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive", "topics",
 }
 _TRIGGER_KEYS = {"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days", "examples",
-                 "pronouns"}
+                 "pronouns", "requires"}
 _GATE_KEYS = {"id", "pattern", "reason", "scope", "examples"}
 
 
@@ -90,6 +90,9 @@ class Trigger:
     source: str
     examples: Examples = None
     pronouns: bool = True  # apply the file's pronoun map ("give me short answers" keeps its "me")
+    #: Words of which a sentence must contain one (case-folded substrings) before the pattern
+    #: is tried: a cheap pre-check for long patterns that can only match near those words.
+    requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -437,6 +440,10 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < 1e6):
         report(node, rule_id, f"ttl_days must be a positive number, not {ttl!r}", key="ttl_days")
         ok = False
+    requires = node.get("requires") or []
+    if not isinstance(requires, list) or not all(isinstance(w, str) and w.strip() for w in requires):
+        report(node, rule_id, "requires must be a list of non-empty strings", key="requires")
+        ok, requires = False, []
     pronouns = node.get("pronouns", True)
     if not isinstance(pronouns, bool):
         report(node, rule_id, f"pronouns must be true or false, not {pronouns!r}", key="pronouns")
@@ -462,6 +469,7 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
     return Trigger(
         id=rule_id, pattern=pattern, type=mem_type, polarity=polarity, summary=summary, key=key,
         summary_fields=summary_fields, pronouns=pronouns is not False,
+        requires=tuple(w.strip().casefold() for w in requires),
         confidence=float(confidence), ttl_days=float(ttl) if ttl is not None else None,
         language=rule_file.language, source=rule_file.path, examples=_examples(node, rule_id, report),
     )

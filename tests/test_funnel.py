@@ -191,3 +191,16 @@ def test_and_i_starts_the_users_own_statement(tmp_path):
     """)
     assert [c.content for c in funnel.process("My boss likes golf, and I like tennis").candidates] == \
         ["likes tennis"]
+
+
+def test_requires_is_a_pre_check_that_changes_nothing_else(tmp_path):
+    funnel = funnel_of(tmp_path, en=r"""
+        language: en
+        triggers:
+          - {id: en.short, pattern: 'from now on (?P<what>[\w ]*short[\w ]*)', type: style,
+             summary: 'answer style: {what}', requires: [short]}
+          - {id: en.like, pattern: 'I like (?P<what>[\w ]+)', type: preference, summary: 'likes {what}'}
+    """)
+    assert funnel.process("From now on keep it SHORT").candidates[0].rule_id == "en.short"
+    assert funnel.process("I like short stories").candidates[0].rule_id == "en.like"
+    assert funnel.process("from now on be kind").stage == "no_trigger"
