@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import defaults
+from . import index_queries as queries
 from .recall import RecallConfig, _weight, score
 from .text import _HAN_RUN, HAN_STOP, HAN_STOP_BIGRAMS, tokens
 
@@ -132,18 +133,18 @@ def recall(store: Any, user_id: str, message: str, *, now: float, config: Recall
             topic_terms.update(expansion.get(name, ()))
     # The hottest few: the hotness of every memory is normalised by the hottest one shown.
     hot_n = max(8, recent if recall_all else 0)
-    hottest = store.index_hottest(user_id, hot_n)
+    hottest = queries.hottest(store, user_id, hot_n)
     ids = {r["id"] for r in hottest}
-    ids |= store.index_always_ids(user_id)
+    ids |= queries.always_ids(store, user_id)
     if pending_keys:
-        ids |= store.index_same_key_ids(user_id, pending_keys)
+        ids |= queries.same_key_ids(store, user_id, pending_keys)
     latest: list[dict[str, Any]] = []
     if recall_all:
-        latest = store.index_latest(user_id, recent)
+        latest = queries.latest(store, user_id, recent)
         ids |= {r["id"] for r in latest}
-    unindexed = store.index_unindexed_ids(user_id)
+    unindexed = queries.unindexed_ids(store, user_id)
     ids |= unindexed
-    matches = store.index_matches(user_id, query_tokens, topic_terms) if (query_tokens or topic_terms) else []
+    matches = queries.matches(store, user_id, query_tokens, topic_terms) if (query_tokens or topic_terms) else []
     # Rank the matches by their best possible score (the hotness normalised by the hottest
     # stored memory for now; the bound of what is left out is computed again below).
     max_hits = max((int(r["hits"] or 0) for r in hottest), default=0)
@@ -172,7 +173,7 @@ def _try(store: Any, user_id: str, message: str, *, now: float, config: RecallCo
          visible: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], ids: set[int], left_out: list,
          hottest: list[dict[str, Any]], hot_n: int, latest: list[dict[str, Any]], recent: int
          ) -> list[dict[str, Any]] | None:
-    memories = visible(store.index_rows(user_id, sorted(ids)))
+    memories = visible(queries.rows(store, user_id, sorted(ids)))
     # The normalising maximum is exact when one of the hottest is still visible: every hotter
     # memory was loaded and went through the same filters.
     hottest_ids = {r["id"] for r in hottest}

@@ -11,6 +11,7 @@ import queue
 from typing import Any
 
 from . import defaults, index
+from . import index_queries as queries
 from .funnel import Funnel, FunnelResult
 from .recall import RecallConfig, score
 from .store import Store
@@ -78,7 +79,7 @@ class Recaller:
             store = Store(self.db, readonly=True)
         try:
             chosen = None
-            if self.indexed and store.active_count(user_id) > self.index_min and store.has_index():
+            if self.indexed and queries.active_count(store, user_id) > self.index_min and queries.has_index(store):
                 self.stats["indexed"] += 1
                 pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
                 chosen = index.recall(store, user_id, message, now=now, config=config, recall_all=recall_all,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from memo_mw import defaults
+from memo_mw import index_queries as queries
 from memo_mw.funnel import Funnel
 from memo_mw.index import memory_terms
 from memo_mw.maintenance import maintain
@@ -180,7 +181,7 @@ def same(indexed: Recaller, plain: Recaller, user: str, query: str, now: float, 
 def test_indexed_recall_picks_what_loading_everything_picks(big, candidates):
     indexed, plain = recallers(big, index_candidates=candidates)
     with Store(big) as store:
-        assert store.active_count("big") > defaults.RECALL_INDEX_MIN_MEMORIES
+        assert queries.active_count(store, "big") > defaults.RECALL_INDEX_MIN_MEMORIES
     for now in (T0 + 3 * 86400, T0 + 45 * 86400):
         for query in QUERIES:
             same(indexed, plain, "big", query, now)
@@ -209,8 +210,8 @@ def test_users_never_see_each_other_through_the_index(big):
     with Store(big) as store:
         store.remember(payload("collects zanzibarian stamps", "zanzibarian stamps", user="other"))
         mine = {m["id"] for m in store.recall_candidates("big")}
-        assert all(r["id"] in mine for r in store.index_matches("big", ["zanzibarian", "stamp", "tea"], []))
-        assert store.index_matches("big", ["zanzibarian"], []) == []
+        assert all(r["id"] in mine for r in queries.matches(store, "big", ["zanzibarian", "stamp", "tea"], []))
+        assert queries.matches(store, "big", ["zanzibarian"], []) == []
     indexed, plain = recallers(big)
     got = same(indexed, plain, "big", "zanzibarian stamps", T0 + 3 * 86400)
     assert all(m["user_id"] == "big" for m in got)
