@@ -294,17 +294,8 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
                 report(topics, None, f"topic {name!r} must be a list of non-empty strings", key=name)
                 continue
             rule_file.topics[str(name)] = tuple(w.strip().casefold() for w in words)
-    for t in _list(data, "key_prefixes", report):
-        if isinstance(t, str) and t.strip():
-            rule_file.key_prefixes += (t.strip().casefold(),)
-        else:
-            report(data, None, f"key_prefixes entries must be non-empty strings, not {t!r} (quote it)",
-                   key="key_prefixes")
-    for t in _list(data, "trailing", report):
-        if isinstance(t, str) and t:
-            rule_file.trailing += (t,)
-        else:
-            report(data, None, f"trailing entries must be non-empty strings, not {t!r} (quote it)", key="trailing")
+    rule_file.key_prefixes = tuple(t.strip().casefold() for t in _strings(data, "key_prefixes", report))
+    rule_file.trailing = _strings(data, "trailing", report)
     for i, pattern in enumerate(_list(data, "fillers", report)):
         compiled = _compile(pattern, f"fillers[{i}]", data, report, key="fillers")
         if compiled is not None:
@@ -342,6 +333,17 @@ def _list(data: dict, key: str, report) -> list:
         report(data, None, f"{key} must be a list", key=key)
         return []
     return value
+
+
+def _strings(data: dict, key: str, report) -> tuple[str, ...]:
+    """A section that is a list of non-empty strings; other entries are reported and left out."""
+    out = []
+    for item in _list(data, key, report):
+        if isinstance(item, str) and item.strip():
+            out.append(item)
+        else:
+            report(data, None, f"{key} entries must be non-empty strings, not {item!r} (quote it)", key=key)
+    return tuple(out)
 
 
 def _positive_int(data: dict, key: str, default: int, report) -> int:
