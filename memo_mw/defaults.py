@@ -99,3 +99,7 @@ RECALL_INDEX_CANDIDATES = 200
 #: Index path, for "what do you know about me": the most recent and the hottest memories loaded
 #: besides the matching ones (such a question shows memories with no word in common).
 RECALL_INDEX_RECENT = 50
+
+#: Seconds counted recalls wait in Redis for their flush job before they are dropped (a
+#: bound for a queue nobody works, not a delay: the job is queued with the first count).
+TOUCHES_TTL = 86400

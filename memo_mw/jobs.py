@@ -43,6 +43,18 @@ def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
         return store.touch(user_id, ids, ts)
 
 
+def flush_touches(db: str, user_id: str) -> int:
+    """Apply the recalls counted for the user in Redis since the last flush, in one write."""
+    state = _user_state()
+    if state is None:
+        return 0
+    counts, ts = state.take_touches(user_id)
+    if not counts:
+        return 0
+    with Store(db) as store:
+        return store.touch(user_id, counts, ts if ts is not None else int(time.time()))
+
+
 def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "user request") -> int:
     """Delete the user's memories, all or those matching ``match``, physically.
 

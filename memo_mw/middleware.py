@@ -43,7 +43,7 @@ from . import defaults
 from .adapters import Turn, clean_id, inject, read_turn
 from .funnel import Funnel
 from .pipeline import Recaller, remember_payload
-from .queue import FORGET, REMEMBER, TOUCH, Backend, make_backend
+from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
 from .rules import RuleSet, load_rules
 from .store import Store
@@ -240,7 +240,10 @@ class MemoryMiddleware:
             environ[ENVIRON_BLOCK] = block
             stored_ids = [m["id"] for m in memories if m["id"] is not None]  # pending ones have none yet
             if stored_ids:
-                self._enqueue(TOUCH, [self.db, user_id, stored_ids, int(now)])
+                try:
+                    self.queue.touch(self.db, user_id, stored_ids, now)
+                except Exception:
+                    log.exception("memo-mw: could not count a recall; the chat request goes on without it")
             asked = [m["id"] for m in memories if m.get("status") == "pending_confirm"]
             if asked:  # asked once: not again, even before the touch job records it
                 self._state_call("add_shown", user_id, asked)

@@ -18,11 +18,13 @@ import threading
 from typing import Any, Protocol
 
 from . import defaults
+from .text import stable_id
 from .userstate import LocalUserState, RedisUserState
 
 #: The jobs the middleware enqueues, by dotted path (functions in memo_mw.jobs).
 REMEMBER = "memo_mw.jobs.remember"
 TOUCH = "memo_mw.jobs.touch"
+FLUSH_TOUCHES = "memo_mw.jobs.flush_touches"
 FORGET = "memo_mw.jobs.forget"
 
 log = logging.getLogger(__name__)
@@ -34,6 +36,9 @@ class Backend(Protocol):
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
         """Queue ``func(*args)``; False when it was not queued (duplicate id)."""
+
+    def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
+        """Count a recall of these stored memories (hits, last_accessed), by a job."""
 
     def close(self) -> None: ...
 
@@ -97,6 +102,15 @@ class RQBackend:
             return False
         return True
 
+    def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
+        """Count a recall: added to the user's counts in Redis, applied by one flush job per user.
+
+        While a flush job of the user waits in the queue, no second one is queued (the same
+        job id): many recalls make one SQLite write.
+        """
+        self.state.add_touches(user_id, ids, ts)
+        self.enqueue(FLUSH_TOUCHES, [db, user_id], job_id="memo-touches-" + stable_id(self.queue.name, user_id))
+
     def close(self) -> None:
         self.connection.close()
 
@@ -133,6 +147,10 @@ class ThreadBackend:
                     self._seen.popitem(last=False)
         self._jobs.put((func, args))
         return True
+
+    def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
+        """Count a recall: one job on the thread (in one process there is nothing to batch)."""
+        self.enqueue(TOUCH, [db, user_id, ids, int(ts)])
 
     def join(self) -> None:
         """Block until every queued job has run (for tests and orderly shutdown)."""

@@ -308,22 +308,25 @@ class Store:
         with self.write():
             return reindex(self.db)
 
-    def touch(self, user_id: str, ids: Iterable[int], ts: int) -> int:
-        """Count a recall of these memories (hotness) and refresh ``last_accessed`` (recency)."""
-        ids = [int(i) for i in ids]
-        if not ids:
+    def touch(self, user_id: str, ids: Iterable[int] | dict[int, int], ts: int) -> int:
+        """Count recalls of these memories (hotness) and refresh ``last_accessed`` (recency).
+
+        ``ids`` is the memories recalled once each, or a mapping of id to how many times
+        (batched recalls). Returns how many memories were updated.
+        """
+        counts = {int(i): int(n) for i, n in ids.items()} if isinstance(ids, dict) else {int(i): 1 for i in ids}
+        if not counts:
             return 0
-        marks = ",".join("?" * len(ids))
+        marks = ",".join("?" * len(counts))
         with self.write():
-            cursor = self.db.execute(
-                f"update memories set hits = hits + 1, last_accessed = ? where user_id = ? and id in ({marks})",
-                [int(ts), user_id, *ids],
-            )
+            updated = sum(self.db.execute(
+                "update memories set hits = hits + ?, last_accessed = max(coalesce(last_accessed, 0), ?)"
+                " where user_id = ? and id = ?", [n, int(ts), user_id, i]).rowcount for i, n in counts.items())
             # An expired memory awaiting confirmation is shown once: this was the once.
             self.db.execute(
                 f"update memories set confirm_shown_at = ? where user_id = ? and status = ? "
-                f"and confirm_shown_at is null and id in ({marks})", [int(ts), user_id, PENDING_CONFIRM, *ids])
-        return cursor.rowcount
+                f"and confirm_shown_at is null and id in ({marks})", [int(ts), user_id, PENDING_CONFIRM, *counts])
+        return updated
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str) -> int:
         """Physically delete the user's memories (all, or those matching ``match``); audit the count."""

@@ -8,7 +8,9 @@ Three things live here, for :data:`memo_mw.defaults.PENDING_TTL` seconds at most
   name from every request until the ``forget`` job has run, and a ``remember`` job that
   started before the forget does not store what it names;
 * **shown** confirmations: expired memories recall has already asked about, so each is
-  asked about once even before the ``touch`` job records it.
+  asked about once even before the ``touch`` job records it;
+* **touches** (Redis only): recall counts per memory, applied in batches by one
+  ``flush_touches`` job per user rather than one SQLite write per request.
 
 With Redis it is three keys per user, read in one round trip; without (embedded mode) it
 is a dictionary in the process.
@@ -116,6 +118,27 @@ class RedisUserState:
             pipe.sadd(key, *ids)
             pipe.expire(key, defaults.PENDING_TTL)
             pipe.execute()
+
+
+    def add_touches(self, user_id: str, ids: list[int], ts: float) -> None:
+        """Count a recall of these memories, to be applied by one ``flush_touches`` job."""
+        key = self._key("touches", user_id)
+        with self.connection.pipeline() as pipe:
+            for memory_id in ids:
+                pipe.hincrby(key, str(memory_id), 1)
+            pipe.hset(key, "@ts", int(ts))
+            pipe.expire(key, defaults.TOUCHES_TTL)
+            pipe.execute()
+
+    def take_touches(self, user_id: str) -> tuple[dict[int, int], int | None]:
+        """The counted recalls, removed in the same transaction: each is applied once."""
+        key = self._key("touches", user_id)
+        with self.connection.pipeline() as pipe:  # MULTI/EXEC
+            pipe.hgetall(key)
+            pipe.delete(key)
+            counted, _ = pipe.execute()
+        ts = counted.pop(b"@ts", None)
+        return {int(k): int(v) for k, v in counted.items()}, int(ts) if ts is not None else None
 
 
 class LocalUserState:

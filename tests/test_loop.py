@@ -251,3 +251,20 @@ def test_jobs_import_without_flask():
 
     code = "import sys; sys.modules['flask'] = None; import memo_mw.jobs; print('ok')"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "ok"
+
+
+def test_recalls_are_counted_in_batches(redis_url, db):
+    app = chat_app()
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, clock=lambda: 1_700_000_000.0)
+    client = app.test_client()
+    client.post("/chat", **plain("I love jazz"))
+    client.post("/chat", **plain("我喜欢喝乌龙茶"))
+    drain(redis_url)
+    for question in ("any jazz albums?", "jazz tonight?", "推荐一款乌龙茶", "more jazz please"):
+        client.post("/chat", **plain(question))
+    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
+    assert [job.func_name for job in queue.jobs] == ["memo_mw.jobs.flush_touches"]  # one job for four recalls
+    assert drain(redis_url) == 1
+    hits = {m["content"]: (m["hits"], m["last_accessed"]) for m in Store(db).memories("alice")}
+    assert hits == {"likes jazz": (3, 1_700_000_000), "喜欢喝乌龙茶": (1, 1_700_000_000)}
+    assert b"memo:touches" not in b"".join(redis.Redis.from_url(redis_url).keys("*"))  # taken once, then gone
