@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from memo_mw.recall import BLOCK_BEGIN, BLOCK_END, RecallConfig, format_block, relevance, score
+from memo_mw.recall import BLOCK_BEGIN, BLOCK_END, RecallConfig, format_block, line, relevance, score
 from memo_mw.text import tokens
 
 NOW = 1_700_000_000
@@ -43,12 +43,45 @@ def test_ranking(query, memories, expected):
     assert [m["id"] for m in score(memories, query, now=NOW)] == expected
 
 
-def test_relevant_beats_recent():
-    ranked = score([memory(1, "likes jazz", ts=NOW - 200 * DAY),
-                    memory(2, "likes jazz clubs in berlin and hiking", ts=NOW)],
-                   "jazz", now=NOW)
+@pytest.mark.parametrize("query, relevant, recent", [
+    pytest.param("jazz", "likes jazz", "likes jazz clubs in berlin and hiking", id="en"),
+    pytest.param("乌龙茶", "喜欢喝乌龙茶", "喜欢在杭州西湖边喝乌龙茶和爬山", id="zh"),
+])
+def test_relevant_beats_recent(query, relevant, recent):
+    ranked = score([memory(1, relevant, ts=NOW - 200 * DAY), memory(2, recent, ts=NOW)], query, now=NOW)
     assert [m["id"] for m in ranked] == [1, 2]
     assert ranked[0]["score"] > ranked[1]["score"]
+
+
+@pytest.mark.parametrize("query, a, b", [
+    pytest.param("jazz or blues?", "likes jazz", "likes blues", id="en"),
+    pytest.param("爵士还是蓝调？", "喜欢爵士", "喜欢蓝调", id="zh"),
+])
+def test_decay_and_hotness_break_even_relevance(query, a, b):
+    old, new = memory(1, a, ts=NOW - 300 * DAY), memory(2, b, ts=NOW)
+    assert [m["id"] for m in score([old, new], query, now=NOW)] == [2, 1]  # recency decides
+    hot = {**old, "hits": 30}
+    assert [m["id"] for m in score([hot, new], query, now=NOW)] == [1, 2]  # hotness outweighs recency
+    assert score([old], query, now=NOW)[0]["score"] < score([{**old, "source_ts": NOW}], query, now=NOW)[0]["score"]
+
+
+@pytest.mark.parametrize("query, content", [
+    pytest.param("jazz", "likes jazz record number {}", id="en"),
+    pytest.param("爵士", "喜欢爵士唱片第{}张", id="zh"),
+])
+def test_k_and_budget_in_both_languages(query, content):
+    memories = [memory(i, content.format(i)) for i in range(1, 10)]
+    assert len(score(memories, query, now=NOW)) == 5
+    assert len(score(memories, query, now=NOW, config=RecallConfig(k=3))) == 3
+    budget = sum(len(line(m)) for m in memories[:2])
+    chosen = score(memories, query, now=NOW, config=RecallConfig(budget=budget))
+    assert len(chosen) == 2 and sum(len(line(m)) for m in chosen) <= budget
+
+
+def test_irrelevant_memories_do_not_push_out_relevant_ones():
+    hot_unrelated = [memory(i, f"住在上海第{i}区", hits=50, ts=NOW) for i in range(1, 8)]
+    relevant = memory(99, "喜欢喝乌龙茶", ts=NOW - 400 * DAY)
+    assert [m["id"] for m in score([*hot_unrelated, relevant], "推荐一款乌龙茶", now=NOW)] == [99]
 
 
 def test_style_always_in_and_first():
