@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: venv test demo worker redis-server bench clean
+.PHONY: venv test demo worker redis-server browser bench clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,13 @@ redis-server:
 	  { (apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null 2>&1 || \
 	    echo "warning: redis-server is missing and could not be installed; Redis tests will be skipped"; }
 
-test: venv redis-server
+# The web page's browser test drives Debian's headless Chromium with chromedriver.
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || \
+	  { (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 || \
+	    echo "warning: chromium/chromium-driver are missing and could not be installed; the browser test will be skipped (and fail under CI=true)"; }
+
+test: venv redis-server browser
 	$(BIN)/python -m pytest
 
 demo: venv
