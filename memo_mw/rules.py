@@ -178,6 +178,27 @@ def load_rules(paths: str | Sequence[str] | None = None) -> RuleSet:
     A folder stands for every ``*.yaml`` file in it. Raises :class:`RulesError`
     listing every problem found, each as ``file:line: rule id: problem``.
     """
+    rules, problems = _load_all(paths)
+    if problems:
+        raise RulesError(problems)
+    return rules
+
+
+def check_rules(paths: str | Sequence[str] | None = None) -> list[str]:
+    """Every problem in the given rule files, as strings, examples included; empty means valid.
+
+    The examples of the rules that did compile are run even when other rules have problems,
+    so one run of ``memo-mw rules check`` lists everything to fix.
+    """
+    try:
+        rules, problems = _load_all(paths)
+    except RulesError as exc:  # no file to read at all
+        return list(exc.problems)
+    return problems + example_problems(rules)
+
+
+def _load_all(paths: str | Sequence[str] | None) -> tuple[RuleSet, list[str]]:
+    """The rules that compiled, and the problems of the rest."""
     files = _expand(paths)
     problems: list[str] = []
     compiled: list[RuleFile] = []
@@ -186,18 +207,7 @@ def load_rules(paths: str | Sequence[str] | None = None) -> RuleSet:
         rule_file = _load_file(path, problems, seen_ids)
         if rule_file is not None:
             compiled.append(rule_file)
-    if problems:
-        raise RulesError(problems)
-    return RuleSet(files=compiled, paths=files)
-
-
-def check_rules(paths: str | Sequence[str] | None = None) -> list[str]:
-    """Every problem in the given rule files, as strings, examples included; empty means valid."""
-    try:
-        rules = load_rules(paths)
-    except RulesError as exc:
-        return list(exc.problems)
-    return example_problems(rules)
+    return RuleSet(files=compiled, paths=files), problems
 
 
 def _expand(paths: str | Sequence[str] | None) -> list[str]:
