@@ -389,10 +389,23 @@ def rules_check(paths: tuple[str, ...]) -> None:
 @rules.command("test")
 @rules_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.argument("text")
-def rules_test(rules_paths: tuple[str, ...], as_json: bool, text: str) -> None:
-    """Show which gate passed or stopped TEXT, and the memory it would store."""
-    result = Funnel(_load_rules(rules_paths)).process(text)
+@click.option("--file", "file", type=click.File("r", encoding="utf-8"), default=None,
+              help='JSON lines ({"text"} or {"message"}, as replay reads; - for stdin) instead of TEXT: '
+                   "runs every line and prints a summary table.")
+@click.argument("text", required=False)
+def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | None) -> None:
+    """Show which gate passed or stopped TEXT, and the memory it would store.
+
+    With --file, run every line of a transcript and count where the lines stopped, what was
+    captured by type, and which rules decided. Nothing is stored.
+    """
+    if (file is None) == (text is None):
+        raise click.UsageError("give TEXT or --file FILE (one of them)")
+    funnel = Funnel(_load_rules(rules_paths))
+    if file is not None:
+        _rules_test_file(funnel, file, as_json)
+        return
+    result = funnel.process(text)
     forget_info = {"scope": result.forget_scope, "match": result.forget_match} if result.stage == "forget" else None
     if as_json:
         click.echo(_dump({"stage": result.stage, "trace": result.trace,
@@ -405,3 +418,67 @@ def rules_test(rules_paths: tuple[str, ...], as_json: bool, text: str) -> None:
         click.echo(f"memory     type={c.type} key={c.key} polarity={c.polarity:+d} summary={c.content}")
     if forget_info is not None:
         click.echo(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")
+
+
+def _transcript_text(raw: str) -> str | None:
+    """The user's text of one transcript line; None for another role; _InvalidLine if unreadable."""
+    try:
+        record = json.loads(raw)
+    except ValueError as exc:
+        raise _InvalidLine(f"not JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise _InvalidLine("not a JSON object")
+    role = record.get("role")
+    if role is not None and role != "user":
+        return None
+    text = record.get("text", record.get("message"))
+    if not isinstance(text, str):
+        raise _InvalidLine('no "text" (or "message") string')
+    return text
+
+
+def _rules_test_file(funnel: Funnel, file, as_json: bool) -> None:
+    lines = invalid = not_user = 0
+    stages: collections.Counter[str] = collections.Counter()
+    types: collections.Counter[str] = collections.Counter()
+    decided: collections.Counter[str] = collections.Counter()
+    for number, raw in enumerate(file, 1):
+        if not raw.strip():
+            continue
+        lines += 1
+        try:
+            text = _transcript_text(raw)
+        except _InvalidLine as exc:
+            invalid += 1
+            click.echo(f"line {number}: skipped: {exc}", err=True)
+            continue
+        if text is None:
+            not_user += 1
+            continue
+        result = funnel.process(text)
+        stages[result.stage] += 1
+        for c in result.candidates:
+            types[c.type] += 1
+            decided[c.rule_id] += 1
+        for stage, outcome in result.trace:
+            # The gates that stopped something: "en.neg.question: a question", "zh.forget.all (all)".
+            if stage in ("negative", "sensitive", "forget"):
+                decided[outcome.split(":")[0].split(" (")[0]] += 1
+    summary = {"lines": lines, "invalid": invalid, "not_user": not_user,
+               "stages": {stage: stages.get(stage, 0) for stage in STAGES},
+               "types": dict(types.most_common()), "rules": dict(decided.most_common())}
+    if as_json:
+        click.echo(_dump(summary))
+        return
+    width = max([14, *(len(name) + 2 for name in decided)])
+    for name in ("lines", "invalid", "not_user"):
+        click.echo(f"{name:<{width}}{summary[name]:>8}")
+    click.echo("\nstopped at / result")
+    for stage, count in summary["stages"].items():
+        click.echo(f"{stage:<{width}}{count:>8}")
+    click.echo("\ncaptured by type")
+    for name, count in summary["types"].items():
+        click.echo(f"{name:<{width}}{count:>8}")
+    click.echo("\nrule hits (memories made, or messages stopped)")
+    for name, count in summary["rules"].items():
+        click.echo(f"{name:<{width}}{count:>8}")

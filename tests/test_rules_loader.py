@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import textwrap
 import time
@@ -431,3 +432,117 @@ def test_rules_check_reports_an_example_that_times_out(tmp_path):
     )
     (problem,) = check_rules([str(path)])
     assert problem.startswith(f"{path}:3: en.slow: pattern timed out on example 'aaaa")
+
+
+def test_rules_check_reports_load_problems_and_failing_examples_together(tmp_path):
+    """One run lists everything to fix: a broken rule does not hide another rule's wrong example."""
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "language: en\n"
+        "triggers:\n"
+        "  - id: en.broken\n"
+        "    pattern: '(unclosed'\n"
+        "    type: preference\n"
+        "    summary: 'x'\n"
+        "    key: 'x'\n"
+        "  - id: en.like\n"
+        "    pattern: '\\bI like (?P<what>\\w+)'\n"
+        "    type: preference\n"
+        "    summary: 'likes {what}'\n"
+        "    examples: {match: ['I adore tea']}\n",
+        encoding="utf-8",
+    )
+    problems = check_rules([str(path)])
+    assert problems[0].startswith(f"{path}:4: en.broken: pattern does not compile")
+    assert problems[1:] == [f"{path}:8: en.like: example does not match: 'I adore tea'"]
+    with pytest.raises(RulesError) as info:
+        load_rules([str(path)])
+    assert len(info.value.problems) == 1  # start-up does not run examples
+
+
+# -- memo-mw rules test --file ------------------------------------------------------------
+
+TRANSCRIPT_RULES = """\
+language: en
+negative:
+  - {id: t.question, pattern: '\\?\\s*$', reason: a question}
+sensitive:
+  - {id: t.health, pattern: '\\bdiagnosed\\b', reason: health}
+forget:
+  - {id: t.forget, pattern: '\\bforget me\\b'}
+triggers:
+  - {id: t.dislike, pattern: '\\bI hate (?P<what>\\w+)', type: preference, polarity: -1, summary: 'hates {what}'}
+  - {id: t.like, pattern: '\\bI like (?P<what>\\w+)', type: preference, summary: 'likes {what}'}
+  - {id: t.live, pattern: '\\bI live in (?P<what>\\w+)', type: fact, summary: 'lives in {what}', key: lives}
+"""
+
+
+def run_transcript(tmp_path, lines: list[str], *args: str):
+    from click.testing import CliRunner
+
+    from memo_mw.cli import main
+
+    rules = write(tmp_path, "t.yaml", TRANSCRIPT_RULES)
+    transcript = tmp_path / "transcript.jsonl"
+    transcript.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["rules", "test", "--rules", rules, "--file", str(transcript), *args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+TRANSCRIPT = [
+    '{"user": "u1", "session": "s1", "ts": 1700000000, "text": "I like tea. I hate coffee."}',
+    '{"message": "I live in Lyon"}',  # the plain shape of a chat request
+    '{"text": "I like tea"}',
+    '{"text": "Do I like tea?"}',
+    '{"text": "I was diagnosed, I like naps"}',
+    '{"text": "hello there"}',
+    '{"text": "please forget me"}',
+    '{"role": "assistant", "text": "I like helping"}',
+    "",
+    "not json at all",
+    '{"text": 42}',
+]
+
+
+def test_rules_test_file_prints_a_summary_table(tmp_path):
+    result = run_transcript(tmp_path, TRANSCRIPT)
+    assert result.exit_code == 0, result.output
+    rows = {}
+    for line in result.stdout.splitlines():
+        parts = line.rsplit(None, 1)
+        if len(parts) == 2 and parts[1].isdigit():
+            rows[parts[0]] = int(parts[1])
+    assert rows["lines"] == 10 and rows["invalid"] == 2 and rows["not_user"] == 1
+    assert (rows["captured"], rows["negative"], rows["sensitive"], rows["no_trigger"], rows["forget"]) == (3, 1, 1, 1, 1)
+    assert rows["preference"] == 3 and rows["fact"] == 1
+    assert (rows["t.like"], rows["t.dislike"], rows["t.live"]) == (2, 1, 1)
+    assert (rows["t.question"], rows["t.health"], rows["t.forget"]) == (1, 1, 1)
+    # A bad line is reported with its number on stderr, and does not stop the run.
+    assert "line 10: skipped: not JSON" in result.stderr
+    assert 'line 11: skipped: no "text" (or "message") string' in result.stderr
+
+
+def test_rules_test_file_json(tmp_path):
+    result = run_transcript(tmp_path, TRANSCRIPT, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["lines"] == 10 and summary["invalid"] == 2 and summary["not_user"] == 1
+    assert summary["stages"] == {"forget": 1, "no_trigger": 1, "too_long": 0, "negative": 1, "sensitive": 1,
+                                 "unusable": 0, "captured": 3}
+    assert summary["types"] == {"preference": 3, "fact": 1}
+    assert summary["rules"] == {"t.like": 2, "t.dislike": 1, "t.live": 1, "t.question": 1, "t.health": 1,
+                                "t.forget": 1}
+
+
+def test_rules_test_needs_text_or_file_but_not_both(tmp_path):
+    from click.testing import CliRunner
+
+    from memo_mw.cli import main
+
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text('{"text": "I like tea"}\n', encoding="utf-8")
+    assert CliRunner().invoke(main, ["rules", "test"]).exit_code == 2
+    both = CliRunner().invoke(main, ["rules", "test", "--file", str(transcript), "I like tea"])
+    assert both.exit_code == 2 and "one of them" in both.output
