@@ -32,6 +32,11 @@ DEFAULT_CONFIDENCE = 0.7
 #: Seconds a single pattern may run on a message. Bounds catastrophic backtracking.
 REGEX_TIMEOUT = 0.05
 
+#: Seconds between two looks (a ``stat`` per file) at the rule files for changes: an edit
+#: is live within a few seconds, and a busy server still stats its files only now and then.
+#: ``0`` or ``None`` turns reloading off.
+RULES_RELOAD_INTERVAL = 2.0
+
 #: Recall: at most this many memories per request (DESIGN: 3-5).
 RECALL_K = 5
 

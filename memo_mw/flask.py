@@ -19,6 +19,7 @@ MEMO_INJECT_FIELD      plain bodies: field for the block            ``None`` (pr
 MEMO_RECALL_K          memories per request                         5
 MEMO_RECALL_BUDGET     characters of memory lines per request       600
 MEMO_QUEUE             RQ queue name                                ``memo``
+MEMO_RULES_RELOAD      seconds between looks at the rule files      2.0 (0 or None: never)
 =====================  ===========================================  =====================
 """
 
@@ -53,6 +54,7 @@ class Memo:
         config.setdefault("MEMO_RECALL_K", defaults.RECALL_K)
         config.setdefault("MEMO_RECALL_BUDGET", defaults.RECALL_BUDGET_CHARS)
         config.setdefault("MEMO_QUEUE", defaults.QUEUE_NAME)
+        config.setdefault("MEMO_RULES_RELOAD", defaults.RULES_RELOAD_INTERVAL)
         middleware = MemoryMiddleware(
             app.wsgi_app,
             rules=config["MEMO_RULES"],
@@ -66,6 +68,7 @@ class Memo:
             recall_k=config["MEMO_RECALL_K"],
             recall_budget=config["MEMO_RECALL_BUDGET"],
             queue_name=config["MEMO_QUEUE"],
+            rules_reload_interval=config["MEMO_RULES_RELOAD"],
         )
         app.wsgi_app = middleware
         app.extensions["memo"] = _State(middleware)

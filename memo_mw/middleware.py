@@ -83,6 +83,10 @@ class MemoryMiddleware:
     :param recall_k: at most this many memories per request.
     :param recall_budget: character budget of the injected memory lines.
     :param queue_name: the RQ queue jobs go to.
+    :param rules_reload_interval: seconds between looks at the rule files: edited files are
+        loaded and checked on a thread and used once they pass, a broken edit keeps the last
+        good rules (and is logged); ``0`` or ``None``: read the rules once. A ``RuleSet``
+        given as ``rules`` is never reloaded.
     :param backend: a queue backend to use instead of the one ``redis_url`` implies.
     :param clock: returns the current time in epoch seconds (for tests and replays).
     """
@@ -102,12 +106,16 @@ class MemoryMiddleware:
         recall_k: int = defaults.RECALL_K,
         recall_budget: int = defaults.RECALL_BUDGET_CHARS,
         queue_name: str = defaults.QUEUE_NAME,
+        rules_reload_interval: float | None = defaults.RULES_RELOAD_INTERVAL,
         backend: Backend | None = None,
         clock: Callable[[], float] = time.time,
     ):
         self.app = app
-        self.rules = rules if isinstance(rules, RuleSet) else load_rules(rules)
-        self.funnel = Funnel(self.rules)
+        from .reload import make_funnel
+
+        # Rules from files follow their files (memo_mw.reload); self.funnel.rules is the set in use.
+        self.funnel = make_funnel(rules, reload_interval=rules_reload_interval, clock=clock)
+        self.rules = self.funnel.rules  # as loaded at start-up
         # Absolute: the path travels in the jobs, and the worker may run in another folder.
         self.db = os.path.abspath(db)
         # Create the file and schema now, at start-up: the request path only reads.
