@@ -71,6 +71,13 @@ SERIALIZER = "memo_mw.queue.JobSerializer"
 #: hang on a sick Redis.
 REDIS_TIMEOUT = 0.5
 
+#: Seconds the web process skips Redis after a failed call (the circuit breaker's cooldown);
+#: then one request tries again. Jobs made meanwhile wait in the outbox file.
+REDIS_COOLDOWN = 5.0
+
+#: Seconds between the outbox thread's attempts to send waiting jobs to Redis.
+OUTBOX_DRAIN_INTERVAL = 1.0
+
 #: Seconds a failed job (and the masked memory text in its arguments) stays in Redis for
 #: inspection. A forget request removes the user's failed jobs at once.
 JOB_FAILURE_TTL = 7 * 86400

@@ -8,9 +8,9 @@ Install it around the app's WSGI callable::
 On each ``POST`` to a chat path with a JSON body (UTF-8, with a ``Content-Length``
 no larger than ``max_body``) it
 
-1. reads the user id (the ``X-User-Id`` header, else the body's ``user_id``/``user``;
-   or only a ``get_user`` callable, when one is given), the session and the last user
-   message;
+1. reads the user id (the ``X-User-Id`` header; or only a ``get_user`` callable, when
+   one is given; the body's ``user_id``/``user`` only with ``body_user=True``), the
+   session and the last user message;
 2. recalls the most relevant memories and injects them as a ``[MEMORY_BEGIN] ...
    [MEMORY_END]`` block (a system message for OpenAI bodies; prepended to ``message``,
    or put in ``inject_field``, for plain bodies), rewriting ``wsgi.input`` and
@@ -77,6 +77,9 @@ class MemoryMiddleware:
         identity lives elsewhere (session cookie, auth proxy). When given, it is the only
         identity source: neither the header nor the body's user field is used. If it
         returns None (or raises), the request passes through.
+    :param body_user: also take the user id from the body (``user_id``/``user``) when the
+        header is absent. Off by default: a client must not name whose memories it reads.
+        Turn it on only when the caller is trusted (a backend calling the chat app).
     :param max_body: bodies larger than this many bytes pass through unread.
     :param inject_field: for plain bodies, put the block in this field instead of
         prepending it to ``message`` (OpenAI bodies always get a system message).
@@ -87,6 +90,8 @@ class MemoryMiddleware:
         loaded and checked on a thread and used once they pass, a broken edit keeps the last
         good rules (and is logged); ``0`` or ``None``: read the rules once. A ``RuleSet``
         given as ``rules`` is never reloaded.
+    :param outbox: with ``redis_url``, the SQLite file where jobs wait while Redis is down
+        (default: the database path plus ``.outbox``); see :mod:`memo_mw.outbox`.
     :param backend: a queue backend to use instead of the one ``redis_url`` implies.
     :param clock: returns the current time in epoch seconds (for tests and replays).
     """
@@ -101,12 +106,14 @@ class MemoryMiddleware:
         paths: Iterable[str] = defaults.PATHS,
         user_header: str = defaults.USER_HEADER,
         get_user: GetUser | None = None,
+        body_user: bool = False,
         max_body: int = defaults.MAX_BODY_BYTES,
         inject_field: str | None = None,
         recall_k: int = defaults.RECALL_K,
         recall_budget: int = defaults.RECALL_BUDGET_CHARS,
         queue_name: str = defaults.QUEUE_NAME,
         rules_reload_interval: float | None = defaults.RULES_RELOAD_INTERVAL,
+        outbox: str | None = None,
         backend: Backend | None = None,
         clock: Callable[[], float] = time.time,
     ):
@@ -123,9 +130,11 @@ class MemoryMiddleware:
         self.paths = frozenset([paths] if isinstance(paths, str) else paths)
         self.user_header_key = "HTTP_" + user_header.upper().replace("-", "_")
         self.get_user = get_user
+        self.body_user = body_user
         self.max_body = max_body
         self.inject_field = inject_field
-        self.queue = backend if backend is not None else make_backend(redis_url, queue_name=queue_name)
+        self.queue = backend if backend is not None else make_backend(
+            redis_url, queue_name=queue_name, outbox=outbox or self.db + ".outbox")
         self.recaller = Recaller(self.db, self.funnel, RecallConfig(k=recall_k, budget=recall_budget))
         self.clock = clock
 
@@ -201,7 +210,7 @@ class MemoryMiddleware:
                 header = header.encode("latin-1").decode("utf-8")
             except UnicodeError:
                 pass
-        return clean_id(header) or turn.body_user
+        return clean_id(header) or (turn.body_user if self.body_user else None)
 
     def _handle(self, environ: dict, raw: bytes) -> bytes | None:
         """Recall, inject and enqueue for one request; the new body, or None to leave it as it came."""

@@ -78,10 +78,15 @@ class RQBackend:
     def __init__(self, redis_url: str, *, queue_name: str = defaults.QUEUE_NAME,
                  timeout: float = defaults.REDIS_TIMEOUT):
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry as RedisRetry
         from rq import Queue, Retry
 
+        # One attempt per call, bounded by the timeout: no retries inside redis-py. A failure
+        # is the circuit breaker's to handle (memo_mw.outbox), not the chat request's to wait on.
         self.connection = redis.Redis.from_url(
-            redis_url, socket_connect_timeout=timeout, socket_timeout=timeout)
+            redis_url, socket_connect_timeout=timeout, socket_timeout=timeout,
+            retry=RedisRetry(NoBackoff(), 0))
         self.queue = Queue(queue_name, connection=self.connection, serializer=defaults.SERIALIZER)
         self.state = RedisUserState(self.connection, queue_name)
         # Retries cover a worker that died or a database that stayed locked; rq runs them
@@ -172,5 +177,14 @@ class ThreadBackend:
                 self._jobs.task_done()
 
 
-def make_backend(redis_url: str | None, *, queue_name: str = defaults.QUEUE_NAME) -> Backend:
-    return RQBackend(redis_url, queue_name=queue_name) if redis_url else ThreadBackend()
+def make_backend(redis_url: str | None, *, queue_name: str = defaults.QUEUE_NAME,
+                 outbox: str | None = None) -> Backend:
+    """RQ on ``redis_url`` (behind a circuit breaker, with ``outbox`` for when Redis is down), else a thread."""
+    if not redis_url:
+        return ThreadBackend()
+    backend = RQBackend(redis_url, queue_name=queue_name)
+    if outbox is None:
+        return backend
+    from .outbox import Outbox, ResilientBackend
+
+    return ResilientBackend(backend, Outbox(outbox))

@@ -36,7 +36,8 @@ def plain(message, user="alice", **extra):
 def openai(message, user="alice"):
     return {"json": {"model": "m", "user": user,
                      "messages": [{"role": "system", "content": "You are helpful."},
-                                  {"role": "user", "content": message}]}}
+                                  {"role": "user", "content": message}]},
+            "headers": {"X-User-Id": user}}
 
 
 CASES = [

@@ -100,7 +100,9 @@ class RaisingBackend:
 
 
 def make(db, rules, app=None, **options):
+    """A middleware on a recording backend; most bodies here name their user (body_user=True)."""
     options.setdefault("backend", RecordingBackend())
+    options.setdefault("body_user", True)
     return MemoryMiddleware(app or RecordingApp(), rules=rules, db=db, **options)
 
 

@@ -1,0 +1,248 @@
+"""When Redis is down: keep the jobs in a local SQLite outbox, and send them when it is back.
+
+:class:`ResilientBackend` wraps :class:`~memo_mw.queue.RQBackend` for the web process. Every
+Redis call goes through a :class:`~memo_mw.breaker.CircuitBreaker`: the first failure (a
+refused connection, or a timeout of ``REDIS_TIMEOUT`` seconds) opens it, and for the next
+``cooldown`` seconds requests do not wait on Redis at all. A job that cannot be enqueued is
+written to the outbox file (next to the memory database, ``<db>.outbox``) and a daemon thread
+sends it when Redis answers again, oldest first, with its job id: a job that reached Redis
+before the failure was noticed is not queued twice, and one that already ran is recognised
+by the store (``processed_jobs``). While the circuit is open, recall reads the user's pending
+memories and forget requests from the outbox, so what was just said is still recalled.
+
+The outbox is shared by every process using the same database, and each of them drains it;
+rows are claimed in a write transaction, so two processes never send the same row. It holds
+masked memory text only, like the queue; rows are deleted (``secure_delete``) once sent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import defaults
+from .breaker import CircuitBreaker
+from .userstate import EMPTY, UserState, forget_marker
+
+log = logging.getLogger(__name__)
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    """What a lost or sick Redis raises through redis-py (and rq, which uses it)."""
+    import redis
+
+    return (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+class Outbox:
+    """Jobs waiting for Redis, in a SQLite file, in the order they were made."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._local = threading.local()
+        with self._connect() as conn:
+            conn.execute("create table if not exists outbox (id integer primary key autoincrement, "
+                         "func text not null, args text not null, job_id text, user_id text, "
+                         "created real not null)")
+            conn.execute("create index if not exists outbox_user on outbox (user_id)")
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
+                                   isolation_level=None, check_same_thread=False)
+            conn.execute("pragma journal_mode=wal")
+            conn.execute("pragma secure_delete=on")
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
+        self._connect().execute(
+            "insert into outbox (func, args, job_id, user_id, created) values (?, ?, ?, ?, ?)",
+            [func, json.dumps(args, ensure_ascii=False), job_id, user_id, time.time()])
+
+    def count(self) -> int:
+        return self._connect().execute("select count(*) from outbox").fetchone()[0]
+
+    def user_rows(self, user_id: str) -> list[tuple[str, list[Any]]]:
+        rows = self._connect().execute(
+            "select func, args from outbox where user_id = ? order by id", [user_id]).fetchall()
+        return [(func, json.loads(args)) for func, args in rows]
+
+    def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50) -> int:
+        """Send the oldest rows, deleting each once sent; stop at the first failure (and raise it)."""
+        conn = self._connect()
+        sent = 0
+        while True:
+            conn.execute("begin immediate")  # claims the rows: another process's drain waits
+            try:
+                rows = conn.execute("select id, func, args, job_id from outbox order by id limit ?",
+                                    [batch]).fetchall()
+                for row_id, func, args, job_id in rows:
+                    send(func, json.loads(args), job_id)
+                    conn.execute("delete from outbox where id = ?", [row_id])
+                    sent += 1
+            finally:
+                conn.execute("commit")  # what was sent is gone, even when a send failed
+            if len(rows) < batch:
+                return sent
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class ResilientBackend:
+    """An :class:`~memo_mw.queue.RQBackend` behind a circuit breaker, with an outbox for what it cannot take."""
+
+    def __init__(self, backend: Any, outbox: Outbox, *, breaker: CircuitBreaker | None = None,
+                 drain_interval: float | None = None):
+        self.backend = backend
+        self.outbox = outbox
+        self.breaker = breaker or CircuitBreaker(cooldown=defaults.REDIS_COOLDOWN)
+        self.drain_interval = drain_interval if drain_interval is not None else defaults.OUTBOX_DRAIN_INTERVAL
+        self.state = _GuardedState(self)
+        self._errors = _redis_errors()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_pid: int | None = None
+        self._start_lock = threading.Lock()
+        #: Jobs may be waiting in the outbox (this process wrote one, or found some at start).
+        self.spooled = bool(outbox.count())
+        if self.spooled:  # left by an earlier run (or another process): send it when we can
+            self._ensure_drainer()
+
+    @property
+    def queue(self):
+        return self.backend.queue
+
+    def call(self, method: Callable[..., Any], *args: Any, fallback: Any = None) -> Any:
+        """``method(*args)`` unless the circuit is open; ``fallback`` when skipped or failed."""
+        if not self.breaker.allow():
+            return fallback
+        try:
+            result = method(*args)
+        except self._errors as exc:
+            self.breaker.failure()
+            log.warning("memo-mw: Redis unavailable (%s); skipping it for %.0f s", exc, self.breaker.cooldown)
+            return fallback
+        self.breaker.success()
+        return result
+
+    def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
+        sent = self.call(lambda: self.backend.enqueue(func, args, job_id=job_id), fallback=_SKIPPED)
+        if sent is not _SKIPPED:
+            return sent
+        self.outbox.put(func, args, job_id, _user_of(func, args))
+        self.spooled = True
+        self._ensure_drainer()
+        return True
+
+    def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
+        # Recall counts only nudge a ranking: while Redis is down they are dropped, not spooled.
+        self.call(self.backend.touch, db, user_id, ids, ts)
+
+    def drain(self) -> int:
+        """Send what the outbox holds, now; the number sent (0 when Redis is still down)."""
+        if not self.breaker.allow():
+            return 0
+        try:
+            self.backend.connection.ping()
+            sent = self.outbox.drain(self._send)
+        except self._errors as exc:
+            self.breaker.failure()
+            log.warning("memo-mw: Redis still unavailable (%s); the outbox waits", exc)
+            return 0
+        self.breaker.success()
+        self.spooled = bool(self.outbox.count())
+        if sent:
+            log.info("memo-mw: sent %d job(s) from the outbox to Redis", sent)
+        return sent
+
+    def _send(self, func: str, args: list[Any], job_id: str | None) -> None:
+        from .queue import REMEMBER
+
+        if func == REMEMBER:  # pending again, as at the request, until its job stores it
+            payload = args[1]
+            self.backend.state.put_pending(payload["user_id"], payload)
+        self.backend.enqueue(func, args, job_id=job_id)
+
+    def _ensure_drainer(self) -> None:
+        """A drain thread in this process (again after a fork: threads do not survive one)."""
+        if self._thread is not None and self._thread_pid == os.getpid() and self._thread.is_alive():
+            self._wake.set()
+            return
+        with self._start_lock:
+            if self._thread is None or self._thread_pid != os.getpid() or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._drain_loop, name="memo-mw-outbox", daemon=True)
+                self._thread_pid = os.getpid()
+                self._thread.start()
+
+    def _drain_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.drain_interval)
+            self._wake.clear()
+            try:
+                if self.outbox.count():
+                    self.drain()
+            except Exception:  # never let the thread die: the next round tries again
+                log.exception("memo-mw: outbox drain failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread_pid == os.getpid():
+            self._thread.join(timeout=5)
+        self.outbox.close()
+        self.backend.close()
+
+
+_SKIPPED = object()
+
+
+def _user_of(func: str, args: list[Any]) -> str | None:
+    """The user a job is about (remember: the payload's; forget, flush: the second argument)."""
+    if len(args) > 1 and isinstance(args[1], dict):
+        return args[1].get("user_id")
+    return args[1] if len(args) > 1 and isinstance(args[1], str) else None
+
+
+class _GuardedState:
+    """The user state in Redis, through the breaker; from the outbox while Redis is down."""
+
+    def __init__(self, backend: ResilientBackend):
+        self._backend = backend
+
+    def read(self, user_id: str) -> UserState:
+        inner = self._backend.backend.state
+        state = self._backend.call(inner.read, user_id, fallback=None)
+        if state is not None and not self._backend.spooled:
+            return state  # the usual case: Redis answered and nothing waits in the outbox
+        return _with_outbox(state or EMPTY, self._backend.outbox, user_id)
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        # put_pending, drop_pending, add_forget, add_shown, ...: skipped while Redis is down.
+        inner = getattr(self._backend.backend.state, method)
+        return lambda *args: self._backend.call(inner, *args)
+
+
+def _with_outbox(state: UserState, outbox: Outbox, user_id: str) -> UserState:
+    """Add the user's jobs waiting in the outbox: remember payloads as pending, forgets as markers."""
+    from .queue import FORGET, REMEMBER
+
+    pending, forgets = list(state.pending), list(state.forgets)
+    for func, args in outbox.user_rows(user_id):
+        if func == REMEMBER:
+            pending.append(args[1])
+        elif func == FORGET:
+            forgets.append(forget_marker(args[2], args[3]))
+    return state._replace(pending=pending, forgets=forgets)

@@ -1,0 +1,237 @@
+"""Redis down at start or mid-traffic: the chat goes on, captured memories wait in the outbox
+and reach the store once each when Redis is back. Against the private redis-server, stopped
+and restarted by the tests, and a real rq worker."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+import redis
+from flask import Flask, jsonify, request
+
+from memo_mw import MemoryMiddleware
+from memo_mw.breaker import CircuitBreaker
+from memo_mw.outbox import Outbox, ResilientBackend
+from memo_mw.queue import REMEMBER, RQBackend
+from memo_mw.store import Store
+
+from .conftest import drain
+
+WORDS = ["kalimba", "oolong", "bossa nova", "sourdough", "haiku", "origami", "tango", "kombucha",
+         "sudoku", "ukulele", "bonsai", "tempura"]
+
+
+@pytest.fixture(autouse=True)
+def quick_recovery(monkeypatch):
+    """Seconds, not the production cooldown, before Redis is tried again."""
+    from memo_mw import defaults
+
+    monkeypatch.setattr(defaults, "REDIS_COOLDOWN", 0.3)
+    monkeypatch.setattr(defaults, "OUTBOX_DRAIN_INTERVAL", 0.1)
+
+
+def chat_app() -> Flask:
+    app = Flask(__name__)
+
+    @app.post("/chat")
+    def chat():
+        return jsonify(reply="app's own answer", got=request.get_json()["message"])
+
+    return app
+
+
+def wrap(db, redis_url, **options):
+    app = chat_app()
+    middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, **options)
+    app.wsgi_app = middleware
+    return app, middleware
+
+
+def say(client, user, message):
+    response = client.post("/chat", json={"message": message, "session_id": "s"}, headers={"X-User-Id": user})
+    assert response.status_code == 200
+    assert response.json["reply"] == "app's own answer"
+    return response
+
+
+def stored(db):
+    with Store(db) as store:
+        return sorted((row["user_id"], row["content"]) for row in store.db.query(
+            "select user_id, content from memories where status = 'active'"))
+
+
+def wait_until(condition, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_redis_down_at_start_then_back(db, redis_server, redis_url):
+    redis_server.stop()
+    app, middleware = wrap(db, redis_url)
+    client = app.test_client()
+    for word in WORDS[:6]:
+        say(client, "alice", f"I like {word}")
+    say(client, "bob", "I like jazz")
+    assert isinstance(middleware.queue, ResilientBackend)
+    assert middleware.queue.outbox.count() == 7
+    # What alice just said is recalled from the outbox while Redis is down.
+    recalled = say(client, "alice", "any kalimba tips?").json["got"]
+    assert "kalimba" in recalled.split("[MEMORY_END]")[0]
+
+    redis_server.start()
+    assert wait_until(lambda: middleware.queue.outbox.count() == 0), "the outbox was not sent when Redis came back"
+    drain(redis_url)
+    assert stored(db) == sorted([("alice", f"likes {w}") for w in WORDS[:6]] + [("bob", "likes jazz")])
+    middleware.queue.close()
+
+
+def test_redis_down_mid_traffic_loses_and_doubles_nothing(db, redis_server, redis_url):
+    app, middleware = wrap(db, redis_url)
+    client = app.test_client()
+    for word in WORDS[:4]:
+        say(client, "alice", f"I like {word}")
+    # What Redis holds when it stops is Redis's to keep (this private server has no
+    # persistence; production runs Redis with appendonly): the worker takes it first.
+    drain(redis_url)
+    redis_server.stop()
+    for word in WORDS[4:8]:
+        say(client, "alice", f"I like {word}")
+    say(client, "alice", "forget that I like tango")  # a forget waits in the outbox too, in order
+    redis_server.start()
+    for word in WORDS[8:]:
+        say(client, "alice", f"I like {word}")
+    assert wait_until(lambda: middleware.queue.outbox.count() == 0)
+    drain(redis_url)
+    expected = [("alice", f"likes {w}") for w in WORDS if w != "tango"]
+    assert stored(db) == sorted(expected)
+    middleware.queue.close()
+
+
+def test_a_job_sent_twice_is_stored_once(db, redis_url):
+    """An enqueue that reached Redis but timed out on the reply is also put in the outbox:
+    the job id and the store's processed_jobs make the second copy a no-op."""
+
+    class TimesOutAfterSending(RQBackend):  # a fault injector around the real backend
+        def enqueue(self, func, args, *, job_id=None):
+            super().enqueue(func, args, job_id=job_id)
+            raise redis.TimeoutError("reply lost")
+
+    backend = ResilientBackend(TimesOutAfterSending(redis_url), Outbox(db + ".outbox"))
+    app, middleware = wrap(db, redis_url, backend=backend)
+    say(app.test_client(), "alice", "I like kalimba")
+    assert backend.outbox.count() == 1
+    drain(redis_url)  # the first copy runs
+    backend.backend.__class__ = RQBackend  # the fault is gone
+    backend.breaker.success()
+    assert backend.drain() == 1  # the second copy is sent...
+    drain(redis_url)
+    assert stored(db) == [("alice", "likes kalimba")]  # ...and stored nothing new
+    backend.close()
+
+
+def test_the_outbox_outlives_the_process(db, redis_server, redis_url):
+    redis_server.stop()
+    app, middleware = wrap(db, redis_url)
+    say(app.test_client(), "alice", "I like oolong")
+    middleware.queue.close()  # the web process ends with a job in the outbox
+    redis_server.start()
+    _, restarted = wrap(db, redis_url)  # the next one sends it at start
+    assert wait_until(lambda: restarted.queue.outbox.count() == 0)
+    drain(redis_url)
+    assert stored(db) == [("alice", "likes oolong")]
+    restarted.queue.close()
+
+
+class SilentServer:
+    """A TCP server that accepts connections and never answers: a hung Redis."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.accepted = 0
+        self.conns = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self.conns.append(conn)
+
+    def close(self):
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.thread.join(timeout=5)
+        for conn in self.conns:
+            conn.close()
+
+
+def test_a_hung_redis_is_skipped_after_one_timeout(db):
+    server = SilentServer()
+    try:
+        app, middleware = wrap(db, server.url)
+        client = app.test_client()
+        for word in WORDS:
+            say(client, "alice", f"I like {word}")
+        # One connection timed out and opened the circuit; every later request skipped Redis.
+        assert server.accepted == 1
+        assert middleware.queue.outbox.count() == len(WORDS)
+        middleware.queue.close()
+    finally:
+        server.close()
+
+
+def test_breaker_opens_skips_and_half_opens():
+    now = [0.0]
+    breaker = CircuitBreaker(threshold=2, cooldown=5.0, clock=lambda: now[0])
+    breaker.failure()
+    assert breaker.allow()  # one failure is under the threshold
+    breaker.failure()
+    assert not breaker.allow()  # open
+    now[0] = 5.0
+    assert breaker.allow()  # half-open: one caller tries...
+    assert not breaker.allow()  # ...the others skip while it does
+    breaker.failure()
+    now[0] = 9.0
+    assert not breaker.allow()  # the failed trial opened it for another cooldown
+    now[0] = 10.0
+    assert breaker.allow()
+    breaker.success()
+    assert breaker.closed and breaker.allow() and breaker.allow()
+    with pytest.raises(ValueError):
+        CircuitBreaker(threshold=0)
+
+
+def test_outbox_drain_stops_at_the_first_failure_and_keeps_the_rest(tmp_path):
+    outbox = Outbox(str(tmp_path / "x.outbox"))
+    for n in range(5):
+        outbox.put(REMEMBER, ["db", {"user_id": "u", "n": n}], f"job-{n}", "u")
+    sent = []
+
+    def send(func, args, job_id):
+        if len(sent) == 3:
+            raise redis.ConnectionError("gone again")
+        sent.append(job_id)
+
+    with pytest.raises(redis.ConnectionError):
+        outbox.drain(send)
+    assert sent == ["job-0", "job-1", "job-2"]
+    assert outbox.count() == 2
+    assert outbox.drain(lambda func, args, job_id: sent.append(job_id)) == 2
+    assert sent[3:] == ["job-3", "job-4"] and outbox.count() == 0
