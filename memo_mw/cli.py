@@ -27,7 +27,7 @@ from .funnel import STAGES, Funnel
 from .pipeline import Recaller, remember_payload
 from .recall import RecallConfig
 from .rules import check_rules, load_rules
-from .store import Store
+from .store import Store, check_writable
 from .userstate import UserState, forget_marker
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -96,22 +96,30 @@ def main() -> None:
 @click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True, help="Queue to listen on.")
 @click.option("--burst", is_flag=True, help="Quit when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: random).")
-def worker(url: str, queue_name: str, burst: bool, name: str | None) -> None:
+@click.option("--db", "dbs", multiple=True, envvar="MEMO_DB",
+              help="Check that this memory database opens and is writable before starting (repeatable; env MEMO_DB).")
+def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...]) -> None:
     """Run an rq worker for memo-mw's jobs (JSON serializer, the memo queue, with rq's
     scheduler so failed jobs are retried).
 
     Same as: rq worker --url URL --with-scheduler --serializer memo_mw.queue.JobSerializer memo
+    (plus a shorter maintenance interval, so the jobs of a worker that died are retried sooner).
     """
     import redis
     from rq import Worker
 
+    for path in dbs:  # the jobs name their database; a bad one given here fails now, not per job
+        try:
+            check_writable(path)
+        except MemoError as exc:
+            raise click.ClickException(str(exc)) from exc
     try:
         connection = redis.Redis.from_url(url)
         connection.ping()
     except (redis.RedisError, ValueError) as exc:
         raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
-    Worker([queue_name], connection=connection, serializer=defaults.SERIALIZER, name=name).work(
-        burst=burst, with_scheduler=True)
+    Worker([queue_name], connection=connection, serializer=defaults.SERIALIZER, name=name,
+           maintenance_interval=defaults.WORKER_MAINTENANCE_INTERVAL).work(burst=burst, with_scheduler=True)
 
 
 @main.command()

@@ -78,6 +78,11 @@ REDIS_COOLDOWN = 5.0
 #: Seconds between the outbox thread's attempts to send waiting jobs to Redis.
 OUTBOX_DRAIN_INTERVAL = 1.0
 
+#: Seconds between a worker's maintenance rounds (rq's default is 600). A round finds the jobs
+#: of a worker that died mid-job (SIGKILL, OOM) once their heartbeat has expired (about 90 s)
+#: and retries them; the store's processed_jobs table makes a rerun of a finished job a no-op.
+WORKER_MAINTENANCE_INTERVAL = 60
+
 #: Seconds a failed job (and the masked memory text in its arguments) stays in Redis for
 #: inspection. A forget request removes the user's failed jobs at once.
 JOB_FAILURE_TTL = 7 * 86400

@@ -46,7 +46,7 @@ from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
 from .rules import RuleSet, load_rules
-from .store import Store
+from .store import check_writable
 from .userstate import EMPTY, UserState, forget_marker, without_forgotten
 
 log = logging.getLogger(__name__)
@@ -125,8 +125,9 @@ class MemoryMiddleware:
         self.rules = self.funnel.rules  # as loaded at start-up
         # Absolute: the path travels in the jobs, and the worker may run in another folder.
         self.db = os.path.abspath(db)
-        # Create the file and schema now, at start-up: the request path only reads.
-        Store(self.db).close()
+        # Create the file and schema now, at start-up: the request path only reads. A corrupt,
+        # unwritable or wrong path is a StoreError here, naming it, not a failing job later.
+        check_writable(self.db)
         self.paths = frozenset([paths] if isinstance(paths, str) else paths)
         self.user_header_key = "HTTP_" + user_header.upper().replace("-", "_")
         self.get_user = get_user

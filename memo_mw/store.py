@@ -152,6 +152,22 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Databas
         raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
 
 
+def check_writable(path: str | Path) -> None:
+    """A start-up check: the file opens as a memo-mw database (migrated) and takes a write.
+
+    Raises :class:`StoreError` naming the path: a wrong, corrupt or read-only database is
+    found when the app or worker starts, not by the first job that tries to store a memory.
+    """
+    db = connect(path)
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        db.execute(f"PRAGMA user_version = {int(version)}")  # a write that changes nothing
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
+    finally:
+        db.close()
+
+
 _SELECT = f"select {', '.join(MEMORY_COLUMNS)} from memories"
 
 
