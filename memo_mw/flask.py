@@ -1,4 +1,5 @@
-"""``Memo``: the Flask extension. It reads ``MEMO_*`` settings and installs :class:`MemoryMiddleware`.
+"""``Memo``: the Flask extension. It reads ``MEMO_*`` settings, installs :class:`MemoryMiddleware`
+and mounts the memories page and API (:mod:`memo_mw.admin`).
 
 ::
 
@@ -20,7 +21,16 @@ MEMO_RECALL_K          memories per request                         5
 MEMO_RECALL_BUDGET     characters of memory lines per request       600
 MEMO_QUEUE             RQ queue name                                ``memo``
 MEMO_RULES_RELOAD      seconds between looks at the rule files      2.0 (0 or None: never)
+MEMO_ADMIN             mount the memories page and API              ``True``
+MEMO_ADMIN_PREFIX      where they are mounted                       ``/memo``
+MEMO_ADMIN_TOKEN       token that may act for ``?user=`` (16+       ``$MEMO_ADMIN_TOKEN``
+                       characters); unset: no one may
 =====================  ===========================================  =====================
+
+The page and the API (:mod:`memo_mw.admin`) take the user from the same place as the
+middleware: ``get_user`` when given (a session cookie), else the ``MEMO_USER_HEADER``
+header, which only a proxy in front of the app should set. Set ``MEMO_ADMIN = False``
+to leave them out.
 """
 
 from __future__ import annotations
@@ -55,6 +65,9 @@ class Memo:
         config.setdefault("MEMO_RECALL_BUDGET", defaults.RECALL_BUDGET_CHARS)
         config.setdefault("MEMO_QUEUE", defaults.QUEUE_NAME)
         config.setdefault("MEMO_RULES_RELOAD", defaults.RULES_RELOAD_INTERVAL)
+        config.setdefault("MEMO_ADMIN", True)
+        config.setdefault("MEMO_ADMIN_PREFIX", "/memo")
+        config.setdefault("MEMO_ADMIN_TOKEN", os.environ.get("MEMO_ADMIN_TOKEN") or None)
         middleware = MemoryMiddleware(
             app.wsgi_app,
             rules=config["MEMO_RULES"],
@@ -71,9 +84,18 @@ class Memo:
             rules_reload_interval=config["MEMO_RULES_RELOAD"],
         )
         app.wsgi_app = middleware
-        app.extensions["memo"] = _State(middleware)
+        blueprint = None
+        if config["MEMO_ADMIN"]:
+            from .admin import blueprint_for
+
+            blueprint = blueprint_for(middleware, url_prefix=config["MEMO_ADMIN_PREFIX"],
+                                      admin_token=config["MEMO_ADMIN_TOKEN"])
+            app.register_blueprint(blueprint)
+        app.extensions["memo"] = _State(middleware, blueprint)
 
 
 class _State:
-    def __init__(self, middleware: MemoryMiddleware):
+    def __init__(self, middleware: MemoryMiddleware, blueprint: Any = None):
         self.middleware = middleware
+        #: The memories page and API (memo_mw.admin), or None when MEMO_ADMIN is off.
+        self.blueprint = blueprint

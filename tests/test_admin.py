@@ -1,0 +1,604 @@
+"""The memories API and page (memo_mw.admin): every route, every way of asking, real SQLite and Redis."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import zlib
+from pathlib import Path
+
+import pytest
+import redis
+from flask import Flask, jsonify, request
+from werkzeug.http import parse_cookie
+
+from memo_mw import Memo, MemoryMiddleware
+from memo_mw.admin import blueprint_for, create_blueprint
+from memo_mw.rules import load_rules
+from memo_mw.store import Store
+
+from .conftest import drain
+
+TOKEN = "admin-token-for-tests-0123456789"
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_rules(None)
+
+
+def make_app(db, rules, *, redis_url=None, token=TOKEN, get_user=None) -> Flask:
+    """A chat app wrapped by the middleware, with the blueprint built from that middleware."""
+    app = Flask(__name__)
+
+    @app.post("/chat")
+    def chat():
+        return jsonify(memories=request.environ.get("memo.memories"))
+
+    app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, rules=rules,
+                                                 get_user=get_user)
+    app.register_blueprint(blueprint_for(middleware, admin_token=token))
+    return app
+
+
+def say(client, user, *messages, ts=1_700_000_000):
+    for i, message in enumerate(messages):
+        response = client.post("/chat", json={"message": message, "session_id": "s", "ts": ts + i},
+                               headers={"X-User-Id": user})
+        assert response.status_code == 200
+
+
+def settle(app, redis_url=None):
+    """Run the jobs the chat requests queued: a real rq worker, or the embedded job thread."""
+    if redis_url:
+        drain(redis_url)
+    else:
+        app.wsgi_app.queue.join()
+
+
+def as_user(user):
+    return {"X-User-Id": user, "X-Requested-With": "test"}
+
+
+def contents(db, user):
+    return sorted(m["content"] for m in Store(db).memories(user, include_inactive=True))
+
+
+def database_bytes(db: str) -> bytes:
+    """The database file, its WAL and shared memory: where deleted text could linger."""
+    return b"".join(Path(db + suffix).read_bytes() for suffix in ("", "-wal", "-shm") if Path(db + suffix).exists())
+
+
+def audit_rows(db, user):
+    return sqlite3.connect(db).execute("select action, count, reason from audit where user_id = ? order by id",
+                                       [user]).fetchall()
+
+
+def redis_text(url: str) -> bytes:
+    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
+    client = redis.Redis.from_url(url)
+    out = []
+    for key in client.keys("*"):
+        kind = client.type(key)
+        values = client.hvals(key) if kind == b"hash" else client.lrange(key, 0, -1) if kind == b"list" \
+            else [client.get(key)] if kind == b"string" else []
+        for value in values:
+            out.append(value or b"")
+            try:
+                out.append(zlib.decompress(value))
+            except (zlib.error, TypeError):
+                pass
+    return b"\n".join(out)
+
+
+@pytest.fixture
+def two_users(db, rules):
+    """alice and bob, each with memories of several types (bob's are never shown to alice)."""
+    app = make_app(db, rules)
+    client = app.test_client()
+    say(client, "alice", "I like running", "from now on answer in Chinese", "I play tennis every sunday",
+        "我喜欢喝乌龙茶", "I'm not into running anymore")
+    say(client, "bob", "I love zanzibarian oolong", "I live in Reykjavik")
+    settle(app)
+    return app, client
+
+
+def alice_id(db, content):
+    return next(m["id"] for m in Store(db).memories("alice", include_inactive=True) if m["content"] == content)
+
+
+def bob_ids(db):
+    return [m["id"] for m in Store(db).memories("bob", include_inactive=True)]
+
+
+BOB_WORDS = (b"zanzibarian", b"Reykjavik")
+
+# -- who may ask ----------------------------------------------------------------------
+
+ROUTES = [
+    pytest.param("get", "/memo/api/memories", id="list"),
+    pytest.param("get", "/memo/api/memories/{id}", id="get"),
+    pytest.param("patch", "/memo/api/memories/{id}", id="patch"),
+    pytest.param("delete", "/memo/api/memories/{id}", id="delete"),
+    pytest.param("delete", "/memo/api/memories", id="forget-me"),
+    pytest.param("get", "/memo/api/export", id="export"),
+]
+
+AUTH_CASES = [
+    pytest.param({}, "", 401, id="no-identity"),
+    pytest.param({"Authorization": "Bearer wrong-token-wrong-token"}, "?user=alice", 401, id="wrong-token"),
+    pytest.param({"Authorization": f"Basic {TOKEN}"}, "?user=alice", 401, id="not-bearer"),
+    pytest.param({"Authorization": "Bearer " + TOKEN[:-1]}, "?user=alice", 401, id="token-prefix"),
+    pytest.param({"X-User-Id": "bob"}, "?user=alice", 403, id="user-param-without-token"),
+    pytest.param({"Authorization": f"Bearer {TOKEN}"}, "", 400, id="token-without-user"),
+]
+
+
+@pytest.mark.parametrize("method, path", ROUTES)
+@pytest.mark.parametrize("headers, query, status", AUTH_CASES)
+def test_requests_without_a_valid_identity_are_refused(two_users, db, method, path, headers, query, status):
+    app, client = two_users
+    memory_id = alice_id(db, "plays tennis every sunday")
+    kwargs = {"json": {"content": "plays golf"}} if method == "patch" else {}
+    response = getattr(client, method)(path.format(id=memory_id) + query,
+                                       headers={**headers, "X-Requested-With": "test"}, **kwargs)
+    assert response.status_code == status
+    assert set(response.json) == {"error"}  # an error, nothing of anyone's memories
+    assert b"tennis" not in response.data
+    if status == 401:
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert contents(db, "alice") == ["answer style: answer in Chinese", "dislikes running", "likes running",
+                                     "plays tennis every sunday", "喜欢喝乌龙茶"]
+    assert audit_rows(db, "alice") == [] and audit_rows(db, "bob") == []
+
+
+def test_no_admin_token_configured_means_no_bearer_is_accepted(db, rules):
+    app = make_app(db, rules, token=None)
+    client = app.test_client()
+    say(client, "alice", "I like running")
+    settle(app)
+    for token in ("", "None", "null", TOKEN):
+        response = client.get("/memo/api/memories?user=alice", headers={"Authorization": f"Bearer {token}"})
+        assert response.status_code == 401 and b"running" not in response.data
+    assert client.get("/memo/api/memories", headers=as_user("alice")).json["count"] == 1
+
+
+@pytest.mark.parametrize("token", ["", None])
+def test_an_empty_token_is_no_token(db, rules, token):
+    app = make_app(db, rules, token=token)
+    assert app.test_client().get("/memo/api/memories?user=a", headers={"Authorization": "Bearer "}).status_code == 401
+
+
+def test_a_short_admin_token_is_refused_at_start_up(db, rules):
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        make_app(db, rules, token="short")
+
+
+def test_the_admin_token_acts_for_the_user_named(two_users, db):
+    app, client = two_users
+    admin = {"Authorization": f"Bearer {TOKEN}"}
+    listed = client.get("/memo/api/memories?user=bob", headers=admin).json
+    assert listed["user_id"] == "bob"
+    assert sorted(m["content"] for m in listed["memories"]) == ["likes zanzibarian oolong", "lives in Reykjavik"]
+    memory_id = bob_ids(db)[0]
+    assert client.get(f"/memo/api/memories/{memory_id}?user=bob", headers=admin).json["memory"]["user_id"] == "bob"
+    # A memory of another user than the one named is a 404, for the admin too.
+    assert client.get(f"/memo/api/memories/{memory_id}?user=alice", headers=admin).status_code == 404
+    edited = client.patch(f"/memo/api/memories/{memory_id}?user=bob", headers=admin, json={"content": "likes rooibos"})
+    assert edited.status_code == 200 and edited.json["memory"]["content"] == "likes rooibos"
+    assert client.delete(f"/memo/api/memories/{memory_id}?user=bob", headers=admin).json["deleted"] == 1
+    export = client.get("/memo/api/export?user=bob", headers=admin)
+    assert export.json["user_id"] == "bob" and len(export.json["memories"]) == 1
+    assert client.delete("/memo/api/memories?user=bob", headers=admin).json["deleted"] == 1
+    assert contents(db, "bob") == [] and len(contents(db, "alice")) == 5
+    assert audit_rows(db, "bob") == [("edit", 1, "admin token"), ("delete", 1, "admin token"),
+                                     ("forget_all", 1, "admin token")]
+
+
+def test_identity_from_get_user_only_when_configured(db, rules):
+    """With get_user (a session cookie here), the header names no one, as in the middleware."""
+    bodies = []
+
+    def from_cookie(environ, body):
+        bodies.append(body)
+        return parse_cookie(environ).get("session_user")  # the middleware calls it outside Flask
+
+    app = make_app(db, rules, get_user=from_cookie)
+    client = app.test_client()
+    client.set_cookie("session_user", "carol")
+    client.post("/chat", json={"message": "I like running", "session_id": "s"})
+    settle(app)
+    assert [m["content"] for m in client.get("/memo/api/memories").json["memories"]] == ["likes running"]
+    assert bodies[-1] is None  # the API has no chat body to offer
+    client.delete_cookie("session_user")
+    assert client.get("/memo/api/memories", headers={"X-User-Id": "carol"}).status_code == 401
+
+
+def test_a_failing_get_user_means_no_identity(db, rules):
+    def broken(environ, body):
+        raise RuntimeError("session store down")
+
+    client = make_app(db, rules, get_user=broken).test_client()
+    assert client.get("/memo/api/memories").status_code == 401
+    assert client.get("/memo/").status_code == 401
+
+
+# -- reading --------------------------------------------------------------------------
+
+def test_list_is_the_users_own_every_status(two_users, db):
+    app, client = two_users
+    listed = client.get("/memo/api/memories", headers=as_user("alice")).json
+    assert listed["user_id"] == "alice" and listed["count"] == 5
+    by_content = {m["content"]: m for m in listed["memories"]}
+    assert by_content["likes running"]["status"] == "superseded"
+    assert by_content["dislikes running"]["status"] == "active"
+    assert all(m["user_id"] == "alice" for m in listed["memories"])
+    response = client.get("/memo/api/memories", headers=as_user("alice"))
+    for word in BOB_WORDS:
+        assert word not in response.data
+
+
+@pytest.mark.parametrize("query, expected", [
+    pytest.param("type=style", ["answer style: answer in Chinese"], id="type"),
+    pytest.param("type=fact", ["plays tennis every sunday"], id="type-fact"),
+    pytest.param("status=superseded", ["likes running"], id="status"),
+    pytest.param("status=active&type=preference", ["dislikes running", "喜欢喝乌龙茶"], id="status-and-type"),
+    pytest.param("q=RUNNING", ["dislikes running", "likes running"], id="q-case"),
+    pytest.param("q=乌龙", ["喜欢喝乌龙茶"], id="q-chinese"),
+    pytest.param("q=ＴＥＮＮＩＳ", ["plays tennis every sunday"], id="q-full-width"),
+    pytest.param("q=oolong", [], id="q-another-users-word"),
+    pytest.param("q=running&status=active", ["dislikes running"], id="q-and-status"),
+])
+def test_list_filters(two_users, query, expected):
+    app, client = two_users
+    listed = client.get(f"/memo/api/memories?{query}", headers=as_user("alice")).json
+    assert sorted(m["content"] for m in listed["memories"]) == expected
+    assert listed["count"] == len(expected)
+
+
+@pytest.mark.parametrize("query", ["type=habit", "status=deleted", "type="])
+def test_list_refuses_unknown_filters(two_users, query):
+    app, client = two_users
+    response = client.get(f"/memo/api/memories?{query}", headers=as_user("alice"))
+    assert response.status_code == 400 and "must be one of" in response.json["error"]
+
+
+def test_get_one_own_and_nothing_of_another(two_users, db):
+    app, client = two_users
+    memory_id = alice_id(db, "喜欢喝乌龙茶")
+    got = client.get(f"/memo/api/memories/{memory_id}", headers=as_user("alice")).json["memory"]
+    assert got["content"] == "喜欢喝乌龙茶" and got["excerpt"] == "我喜欢喝乌龙茶" and got["type"] == "preference"
+    for bob_memory in bob_ids(db):
+        response = client.get(f"/memo/api/memories/{bob_memory}", headers=as_user("alice"))
+        assert response.status_code == 404 and response.json == {"error": "no such memory"}
+    unknown = client.get("/memo/api/memories/999999", headers=as_user("alice"))
+    assert unknown.status_code == 404 and unknown.json == {"error": "no such memory"}
+    for bad in ("abc", "-1", "1.5", "1e3", "99999999999999999999999"):
+        assert client.get(f"/memo/api/memories/{bad}", headers=as_user("alice")).status_code == 404
+
+
+# -- editing --------------------------------------------------------------------------
+
+def test_patch_edits_the_line_and_the_old_text_is_gone(two_users, db):
+    app, client = two_users
+    memory_id = alice_id(db, "plays tennis every sunday")
+    assert b"tennis every sunday" in database_bytes(db)
+    response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"),
+                            json={"content": "plays jazz piano on mondays"})
+    assert response.status_code == 200
+    assert response.json["outcome"] == "edited" and response.json["masked"] is False
+    memory = response.json["memory"]
+    assert memory["id"] == memory_id and memory["content"] == "plays jazz piano on mondays"
+    assert memory["excerpt"] == "plays jazz piano on mondays"  # the old sentence is not kept either
+    assert memory["topics"] == ["music"]  # tagged again from the new line (was sport)
+    assert Store(db).get(memory_id)["content"] == "plays jazz piano on mondays"
+    assert b"tennis every sunday" not in database_bytes(db)
+    assert audit_rows(db, "alice") == [("edit", 1, "user, memo page or API")]
+    # The term index follows the edit: recall finds the new words.
+    reply = client.post("/chat", json={"message": "any jazz piano tips?", "session_id": "s"}, headers={"X-User-Id": "alice"})
+    assert "plays jazz piano on mondays" in [m["content"] for m in reply.json["memories"]]  # beside the style one
+    same = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"),
+                        json={"content": "plays jazz piano on mondays"})
+    assert same.json["outcome"] == "unchanged"
+
+
+def test_patch_masks_personal_data(two_users, db):
+    app, client = two_users
+    memory_id = alice_id(db, "plays tennis every sunday")
+    response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"),
+                            json={"content": "plays tennis with bob@example.com, call 13812345678"})
+    assert response.status_code == 200 and response.json["masked"] is True
+    assert response.json["memory"]["content"] == "plays tennis with [email], call [phone]"
+    assert b"bob@example.com" not in database_bytes(db) and b"13812345678" not in database_bytes(db)
+
+
+@pytest.mark.parametrize("content", [
+    pytest.param("has diabetes", id="health-en"),
+    pytest.param("votes for the green party", id="politics-en"),
+    pytest.param("有抑郁症", id="health-zh"),
+])
+def test_patch_refuses_a_sensitive_category(two_users, db, content):
+    app, client = two_users
+    memory_id = alice_id(db, "plays tennis every sunday")
+    response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"), json={"content": content})
+    assert response.status_code == 422 and "sensitive" in response.json["error"]
+    assert Store(db).get(memory_id)["content"] == "plays tennis every sunday"
+    assert content.encode() not in database_bytes(db)
+
+
+def test_patch_into_a_duplicate_merges(two_users, db):
+    app, client = two_users
+    say(client, "alice", "I like running", ts=1_700_000_100)  # another "likes running", active again
+    settle(app)
+    kept_id = next(m["id"] for m in Store(db).memories("alice") if m["content"] == "likes running")
+    kept_before = Store(db).get(kept_id)
+    edited_id = alice_id(db, "plays tennis every sunday")
+    edited_before = Store(db).get(edited_id)
+    response = client.patch(f"/memo/api/memories/{edited_id}", headers=as_user("alice"),
+                            json={"content": "Likes  running!"})
+    assert response.status_code == 200 and response.json["outcome"] == "merged"
+    assert response.json["memory"]["id"] == kept_id and response.json["memory"]["content"] == "likes running"
+    assert Store(db).get(edited_id) is None  # deleted, for real
+    assert Store(db).get(kept_id)["hits"] == kept_before["hits"] + edited_before["hits"] + 1
+    assert b"tennis every sunday" not in database_bytes(db)
+    assert [m["content"] for m in Store(db).memories("alice")].count("likes running") == 1
+    assert audit_rows(db, "alice")[-1] == ("edit_merge", 1, "user, memo page or API")
+
+
+@pytest.mark.parametrize("kwargs", [
+    pytest.param({"data": "content=x", "content_type": "application/json"}, id="not-json"),
+    pytest.param({"json": ["plays golf"]}, id="array"),
+    pytest.param({"json": {}}, id="no-content"),
+    pytest.param({"json": {"content": "plays golf", "user_id": "bob"}}, id="extra-field"),
+    pytest.param({"json": {"content": 5}}, id="not-a-string"),
+    pytest.param({"json": {"content": "   "}}, id="blank"),
+    pytest.param({"json": {"content": "x" * 201}}, id="too-long"),
+])
+def test_patch_refuses_a_bad_body(two_users, db, kwargs):
+    app, client = two_users
+    memory_id = alice_id(db, "plays tennis every sunday")
+    response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"), **kwargs)
+    assert response.status_code == 400 and response.json["error"]
+    assert Store(db).get(memory_id)["content"] == "plays tennis every sunday"
+
+
+def test_patch_of_another_users_memory_is_a_404(two_users, db):
+    app, client = two_users
+    for memory_id in [*bob_ids(db), 999999]:
+        response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"),
+                                json={"content": "hacked"})
+        assert response.status_code == 404 and response.json == {"error": "no such memory"}
+    assert contents(db, "bob") == ["likes zanzibarian oolong", "lives in Reykjavik"]
+
+
+# -- deleting -------------------------------------------------------------------------
+
+def test_delete_one_is_physical_and_audited(two_users, db):
+    app, client = two_users
+    memory_id = alice_id(db, "plays tennis every sunday")
+    response = client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice"))
+    assert response.status_code == 200 and response.json["deleted"] == 1 and response.json["id"] == memory_id
+    assert Store(db).get(memory_id) is None
+    assert b"tennis every sunday" not in database_bytes(db)
+    rows = sqlite3.connect(db).execute("select count(*) from memory_terms where memory_id = ?", [memory_id])
+    assert rows.fetchone() == (0,)
+    assert audit_rows(db, "alice") == [("delete", 1, "user, memo page or API")]
+    assert client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice")).status_code == 404
+    assert len(contents(db, "alice")) == 4
+
+
+def test_delete_of_another_users_memory_is_a_404(two_users, db):
+    app, client = two_users
+    for memory_id in [*bob_ids(db), 999999, "x"]:
+        response = client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice"))
+        assert response.status_code == 404 and response.json == {"error": "no such memory"}
+    assert contents(db, "bob") == ["likes zanzibarian oolong", "lives in Reykjavik"]
+    assert audit_rows(db, "alice") == []  # probing another user's ids leaves no trace of a deletion
+
+
+def test_forget_me_deletes_every_memory_of_the_user_only(two_users, db):
+    app, client = two_users
+    response = client.delete("/memo/api/memories", headers=as_user("alice"))
+    assert response.status_code == 200 and response.json["deleted"] == 5
+    assert contents(db, "alice") == []
+    assert contents(db, "bob") == ["likes zanzibarian oolong", "lives in Reykjavik"]
+    for word in (b"tennis", "乌龙茶".encode(), b"running"):
+        assert word not in database_bytes(db)
+    assert audit_rows(db, "alice") == [("forget_all", 5, "user, memo page or API")]
+    assert client.delete("/memo/api/memories", headers=as_user("alice")).json["deleted"] == 0
+
+
+@pytest.mark.parametrize("headers, kwargs", [
+    pytest.param({}, {}, id="no-header"),
+    pytest.param({}, {"data": "x=1", "content_type": "application/x-www-form-urlencoded"}, id="form"),
+    pytest.param({}, {"data": "{}", "content_type": "text/plain"}, id="text-plain"),
+])
+def test_changes_a_cross_site_form_could_send_are_refused(two_users, db, headers, kwargs):
+    """A cross-site form or a simple request cannot set X-Requested-With, a JSON type or Authorization."""
+    app, client = two_users
+    memory_id = alice_id(db, "plays tennis every sunday")
+    for method, path in (("delete", f"/memo/api/memories/{memory_id}"), ("delete", "/memo/api/memories"),
+                         ("patch", f"/memo/api/memories/{memory_id}")):
+        response = getattr(client, method)(path, headers={"X-User-Id": "alice", **headers}, **kwargs)
+        assert response.status_code == 403 and "X-Requested-With" in response.json["error"]
+    assert len(contents(db, "alice")) == 5
+    assert client.post("/memo/api/memories", headers={"X-User-Id": "alice"}).status_code == 405
+
+
+# -- export ---------------------------------------------------------------------------
+
+def test_export_is_a_json_download_of_everything_about_the_user(two_users, db):
+    app, client = two_users
+    client.delete(f"/memo/api/memories/{alice_id(db, 'plays tennis every sunday')}", headers=as_user("alice"))
+    response = client.get("/memo/api/export", headers={"X-User-Id": "alice"})
+    assert response.status_code == 200 and response.mimetype == "application/json"
+    assert response.headers["Content-Disposition"] == 'attachment; filename="memo-export-alice.json"'
+    assert response.headers["Cache-Control"] == "no-store"
+    data = json.loads(response.data)
+    assert set(data) == {"user_id", "generated_at", "memories", "audit", "pending"}
+    assert data["user_id"] == "alice" and isinstance(data["generated_at"], int)
+    assert sorted(m["content"] for m in data["memories"]) == [
+        "answer style: answer in Chinese", "dislikes running", "likes running", "喜欢喝乌龙茶"]
+    assert {m["status"] for m in data["memories"]} == {"active", "superseded"}
+    assert [(a["action"], a["count"]) for a in data["audit"]] == [("delete", 1)]
+    assert data["pending"] == []
+    for word in BOB_WORDS:
+        assert word not in response.data
+
+
+def test_export_file_name_is_safe_for_any_user_id(db, rules):
+    client = make_app(db, rules).test_client()
+    response = client.get("/memo/api/export", headers={"X-User-Id": 'x"; evil=1/../'})
+    assert response.headers["Content-Disposition"] == 'attachment; filename="memo-export-x_evil_1_.json"'
+
+
+# -- with Redis: waiting jobs lose what is deleted ----------------------------------------
+
+def test_delete_reaches_the_waiting_jobs_in_redis(redis_url, db, rules):
+    app = make_app(db, rules, redis_url=redis_url)
+    client = app.test_client()
+    say(client, "alice", "I love zanzibarian oolong", "I play tennis every sunday")
+    drain(redis_url)
+    # Said again: a remember job waits in Redis (and the statement in alice's pending list) ...
+    say(client, "alice", "I love zanzibarian oolong", ts=1_700_000_500)
+    assert b"zanzibarian" in redis_text(redis_url)
+    export = client.get("/memo/api/export", headers={"X-User-Id": "alice"}).json
+    assert [c["content"] for p in export["pending"] for c in p["candidates"]] == ["likes zanzibarian oolong"]
+    # ... when the memory is deleted from the page: the job must not bring it back.
+    memory_id = alice_id(db, "likes zanzibarian oolong")
+    response = client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice"))
+    assert response.json == {"deleted": 1, "id": memory_id, "queue_reached": True}
+    assert b"zanzibarian" not in redis_text(redis_url)
+    drain(redis_url)
+    assert contents(db, "alice") == ["plays tennis every sunday"]
+    assert b"zanzibarian" not in database_bytes(db)
+
+
+def test_forget_me_reaches_the_waiting_jobs_in_redis(redis_url, db, rules):
+    app = make_app(db, rules, redis_url=redis_url)
+    client = app.test_client()
+    say(client, "alice", "I play tennis every sunday")
+    say(client, "bob", "I play tennis every sunday")
+    drain(redis_url)
+    say(client, "alice", "I love zanzibarian oolong", ts=1_700_000_500)  # waiting, never stored
+    response = client.delete("/memo/api/memories", headers=as_user("alice"))
+    assert response.json == {"deleted": 1, "queue_reached": True}
+    assert b"zanzibarian" not in redis_text(redis_url)
+    drain(redis_url)
+    assert contents(db, "alice") == [] and contents(db, "bob") == ["plays tennis every sunday"]
+
+
+def test_delete_in_embedded_mode_runs_what_the_job_thread_holds_first(db, rules):
+    app = make_app(db, rules)
+    client = app.test_client()
+    say(client, "alice", "I love zanzibarian oolong")
+    settle(app)
+    memory_id = alice_id(db, "likes zanzibarian oolong")
+    say(client, "alice", "I love zanzibarian oolong", ts=1_700_000_500)  # queued on the thread: a merge
+    assert client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice")).json["deleted"] == 1
+    settle(app)
+    assert contents(db, "alice") == []
+
+
+# -- the page -------------------------------------------------------------------------
+
+def test_page_shows_the_users_memories_grouped_by_type(two_users, db):
+    app, client = two_users
+    response = client.get("/memo/", headers={"X-User-Id": "alice"})
+    assert response.status_code == 200 and response.mimetype == "text/html"
+    html = response.data.decode()
+    headings = [h for h in ("How to answer", "Likes and dislikes", "Facts about you") if h in html]
+    assert headings == ["How to answer", "Likes and dislikes", "Facts about you"]
+    assert html.index("How to answer") < html.index("answer in Chinese") < html.index("Likes and dislikes") \
+        < html.index("喜欢喝乌龙茶") < html.index("Facts about you") < html.index("plays tennis every sunday")
+    assert "Tasks and reminders" not in html  # no empty groups
+    assert '<time datetime="2023-11-14T22:13:22Z">2023-11-14</time>' in html
+    assert "我喜欢喝乌龙茶" in html  # the excerpt
+    assert 'aria-label="Delete: plays tennis every sunday"' in html and 'for="edit-' in html
+    assert '<dialog id="confirm-all"' in html and 'data-api="/memo/api/memories"' in html
+    assert "replaced by a newer one" in html  # the superseded "likes running"
+    for word in ("zanzibarian", "Reykjavik"):
+        assert word not in html
+    policy = response.headers["Content-Security-Policy"]
+    nonce = policy.split("'nonce-")[1].split("'")[0]
+    assert f'<script nonce="{nonce}">' in html and "frame-ancestors 'none'" in policy
+    assert "<script src" not in html and "http" not in html.split("<body>")[1].replace("https://", "")
+
+
+def test_page_filters(two_users):
+    app, client = two_users
+    html = client.get("/memo/?type=fact", headers={"X-User-Id": "alice"}).data.decode()
+    assert "plays tennis every sunday" in html and "喜欢喝乌龙茶" not in html
+    html = client.get("/memo/?q=oolong", headers={"X-User-Id": "alice"}).data.decode()
+    assert "Nothing matches." in html
+
+
+def test_page_escapes_memory_text(db, rules):
+    with Store(db) as store:
+        store.remember({"user_id": "alice", "ts": 1, "candidates": [{
+            "type": "fact", "key": "x", "polarity": 1, "content": '<img src=x onerror="alert(1)">',
+            "excerpt": "</q><script>alert(2)</script>", "confidence": 0.7}]})
+    html = make_app(db, rules).test_client().get("/memo/", headers={"X-User-Id": "alice"}).data.decode()
+    assert "<img src=x" not in html and "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html
+    assert "<script>alert(2)" not in html
+
+
+def test_page_without_identity_is_a_401_page(db, rules):
+    client = make_app(db, rules).test_client()
+    response = client.get("/memo/")
+    assert response.status_code == 401 and response.mimetype == "text/html"
+    assert b"Sign in" in response.data
+    assert client.get("/memo/?user=alice", headers={"X-User-Id": "bob"}).status_code == 403
+
+
+def test_page_of_a_user_with_no_memories(db, rules):
+    html = make_app(db, rules).test_client().get("/memo/", headers={"X-User-Id": "nobody"}).data.decode()
+    assert "Nothing is remembered about you." in html and 'id="delete-all"' not in html
+
+
+# -- mounting -------------------------------------------------------------------------
+
+def test_the_flask_extension_mounts_it(tmp_path):
+    app = Flask(__name__, instance_path=str(tmp_path))
+    app.config.update(MEMO_DB=str(tmp_path / "memo.db"), MEMO_ADMIN_PREFIX="/me/memory", MEMO_ADMIN_TOKEN=TOKEN)
+    Memo(app)
+    client = app.test_client()
+    assert client.get("/me/memory/api/memories", headers={"X-User-Id": "a"}).json["count"] == 0
+    assert client.get("/me/memory/api/memories?user=a", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert client.get("/memo/api/memories", headers={"X-User-Id": "a"}).status_code == 404
+    assert app.extensions["memo"].blueprint is not None
+
+
+def test_the_flask_extension_reads_the_token_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMO_ADMIN_TOKEN", TOKEN)
+    app = Flask(__name__, instance_path=str(tmp_path))
+    Memo(app)
+    response = app.test_client().get("/memo/api/memories?user=a", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 200
+
+
+def test_the_flask_extension_can_leave_it_out(tmp_path):
+    app = Flask(__name__, instance_path=str(tmp_path))
+    app.config["MEMO_ADMIN"] = False
+    Memo(app)
+    assert app.test_client().get("/memo/api/memories", headers={"X-User-Id": "a"}).status_code == 404
+    assert app.extensions["memo"].blueprint is None
+
+
+def test_create_blueprint_without_a_middleware(tmp_path, redis_url, rules):
+    """Standalone: its own database path, header and Redis, as another process would mount it."""
+    db = str(tmp_path / "memo.db")
+    with Store(db) as store:
+        store.remember({"user_id": "dora", "ts": 1, "candidates": [{
+            "type": "preference", "key": "jazz", "polarity": 1, "content": "likes jazz", "excerpt": "I like jazz",
+            "confidence": 0.7}]})
+    app = Flask(__name__)
+    app.register_blueprint(create_blueprint(db, url_prefix="/mine", user_header="X-Account", redis_url=redis_url,
+                                            rules=rules))
+    client = app.test_client()
+    assert client.get("/mine/api/memories", headers={"X-User-Id": "dora"}).status_code == 401
+    listed = client.get("/mine/api/memories", headers={"X-Account": "dora"}).json
+    assert [m["content"] for m in listed["memories"]] == ["likes jazz"]
+    response = client.delete(f"/mine/api/memories/{listed['memories'][0]['id']}",
+                             headers={"X-Account": "dora", "X-Requested-With": "t"})
+    assert response.json["queue_reached"] is True and contents(db, "dora") == []
