@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from . import maintenance
+from .compressor import Compressor, polish_candidates
 from .queue import REMEMBER
 from .store import Store
 from .userstate import RedisUserState, forget_marker, without_forgotten
@@ -26,15 +27,31 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
     Under rq, what a forget request made after the message names is left out (the forget
     may have run while this job waited or ran), and the payload then leaves the user's
     pending list: recall reads it from the store.
+
+    With ``MEMO_COMPRESSOR_URL`` set in the worker's environment, each rule summary is first
+    offered to a small model for a one-line polish (memo_mw.compressor); the rule summary is
+    stored whenever the model's line is not used.
     """
     state = _user_state()
     kept = without_forgotten(payload, state.read(payload["user_id"]).forgets) if state else payload
+    compressor = Compressor.from_env()
     with Store(db) as store:
+        if compressor is not None and kept.get("candidates"):
+            user_id = kept["user_id"]
+            kept = polish_candidates(kept, compressor, lambda key, polarity: _slot_contents(
+                store, user_id, key, polarity))
         outcomes = store.remember(kept)
     outcomes += ["discarded"] * (len(payload.get("candidates", [])) - len(kept.get("candidates", [])))
     if state:
         state.drop_pending(payload["user_id"], payload["job_key"])
     return outcomes
+
+
+def _slot_contents(store: Store, user_id: str, key: str, polarity: int) -> list[str]:
+    """What the user's active memories on this slot and polarity say (for the compressor's merge check)."""
+    return [row[0] for row in store.db.execute(
+        "select content from memories where user_id = ? and key = ? and polarity = ? and active = 1 order by id",
+        [user_id, key, polarity])]
 
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
