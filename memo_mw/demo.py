@@ -4,6 +4,13 @@ The bot needs no language model: it answers by showing what it remembers about y
 which is exactly what the middleware injected into the request. With ``OPENAI_BASE_URL``
 set (and ``OPENAI_MODEL``, ``OPENAI_API_KEY`` as that server needs), it asks that
 OpenAI-compatible server instead, and falls back to the memory answer if the call fails.
+
+The page at ``/memo/`` (:mod:`memo_mw.admin`) shows what is remembered, and lets you edit
+and delete it. A browser following a link cannot send an ``X-User-Id`` header, so the demo
+reads the user from the header or, without one, from a ``memo_user`` cookie that the chat
+page sets to the user id typed there (``SameSite=Strict``: another site's requests do not
+carry it). That is a demo: anyone may type any id. A real app passes a ``get_user`` that
+reads its own signed session.
 """
 
 from __future__ import annotations
@@ -14,11 +21,19 @@ import os
 import urllib.request
 from typing import Any
 
-from flask import Flask, jsonify, render_template, request
+from urllib.parse import unquote
 
+from flask import Flask, jsonify, render_template, request
+from werkzeug.http import parse_cookie
+
+from .adapters import clean_id
+from .admin import blueprint_for
 from .middleware import ENVIRON_CAPTURE, ENVIRON_MEMORIES, MemoryMiddleware
 
 log = logging.getLogger(__name__)
+
+#: The cookie the chat page sets to the user id typed there (see demo_user).
+USER_COOKIE = "memo_user"
 
 _ACK = {
     "captured": "Noted, I'll remember that.",
@@ -26,9 +41,26 @@ _ACK = {
 }
 
 
+def demo_user(environ: dict, body: Any = None) -> str | None:
+    """The demo's identity: the ``X-User-Id`` header, else the ``memo_user`` cookie.
+
+    Both the chat and the memories page use it, so they agree on who is asking. Neither is
+    authenticated: this is for a demo on your own machine, not for a deployment.
+    """
+    header = environ.get("HTTP_X_USER_ID")
+    if isinstance(header, str) and header.strip():
+        try:  # WSGI hands headers over as latin-1
+            return clean_id(header.encode("latin-1").decode("utf-8"))
+        except UnicodeError:
+            return clean_id(header)
+    cookie = parse_cookie(environ).get(USER_COOKIE)
+    return clean_id(unquote(cookie)) if cookie else None
+
+
 def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any = None,
-               **middleware_options: Any) -> Flask:
-    """The demo chat app, its ``wsgi_app`` wrapped by :class:`MemoryMiddleware`."""
+               admin_token: str | None = None, **middleware_options: Any) -> Flask:
+    """The demo chat app, its ``wsgi_app`` wrapped by :class:`MemoryMiddleware`, with the
+    memories page and API at ``/memo/`` (``admin_token``, default ``$MEMO_ADMIN_TOKEN``)."""
     app = Flask(__name__)
 
     @app.get("/")
@@ -52,7 +84,11 @@ def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any
             reply = "\n".join(lines)
         return jsonify(reply=reply, memories=memories, prompt=prompt)
 
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, rules=rules, **middleware_options)
+    middleware_options.setdefault("get_user", demo_user)
+    app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, rules=rules,
+                                                 **middleware_options)
+    token = admin_token if admin_token is not None else os.environ.get("MEMO_ADMIN_TOKEN") or None
+    app.register_blueprint(blueprint_for(middleware, admin_token=token))
     return app
 
 

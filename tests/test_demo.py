@@ -40,6 +40,40 @@ def test_demo_page_and_forgetting(tmp_path):
     assert post(client, "这道菜放香菜吗").json["memories"] == []
 
 
+def test_demo_links_to_the_memories_page_which_reads_the_user_from_a_cookie(tmp_path):
+    app = create_app(db=str(tmp_path / "memo.db"))
+    client = app.test_client()
+    page = client.get("/").data.decode()
+    assert 'href="/memo/"' in page and "memo_user=" in page and "SameSite=Strict" in page
+    post(client, "I like bossa nova", user="ana")
+    post(client, "I like jazz", user="ben")
+    app.wsgi_app.queue.join()
+    assert client.get("/memo/").status_code == 401  # no header, no cookie: nobody
+    client.set_cookie("memo_user", "ana")
+    html = client.get("/memo/").data.decode()
+    assert "likes bossa nova" in html and "likes jazz" not in html
+    # The header wins over the cookie, for the chat and the page alike.
+    listed = client.get("/memo/api/memories", headers={"X-User-Id": "ben"}).json
+    assert [m["content"] for m in listed["memories"]] == ["likes jazz"]
+    reply = client.post("/chat", json={"message": "any bossa nova albums?", "session_id": "s"})
+    assert [m["content"] for m in reply.json["memories"]] == ["likes bossa nova"]  # from the cookie
+    # A user id from the body names no one: anyone could write one.
+    assert client.post("/chat", json={"message": "any jazz records?", "user_id": "ben"}).json["memories"] == []
+    response = client.delete(f"/memo/api/memories/{listed['memories'][0]['id']}", headers={"X-Requested-With": "x"})
+    assert response.status_code == 404  # ben's memory, asked for by ana
+    client.set_cookie("memo_user", "%E5%B0%8F%E6%98%8E")  # the page encodes the id; 小明
+    assert client.get("/memo/api/memories").json["user_id"] == "小明"
+
+
+def test_demo_reads_the_admin_token_from_the_environment(tmp_path, monkeypatch):
+    token = "demo-admin-token-0123456789"
+    monkeypatch.setenv("MEMO_ADMIN_TOKEN", token)
+    client = create_app(db=str(tmp_path / "memo.db")).test_client()
+    post(client, "I like bossa nova", user="ana")
+    assert client.get("/memo/api/memories?user=ana", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    assert client.get("/memo/api/memories?user=ana", headers={"Authorization": "Bearer x" * 3}).status_code == 401
+
+
 class _StandIn(http.server.BaseHTTPRequestHandler):
     """A stand-in for an OpenAI-compatible server (no model runs here): it echoes the prompt."""
 
