@@ -109,9 +109,13 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     return chosen
 
 
+#: Brackets, and the look-alikes a model reads as brackets, become parentheses in memory text.
+_BRACKETS = str.maketrans({c: "(" for c in "[［【〔〖⟦"} | {c: ")" for c in "]］】〕〗⟧"})
+
+
 def _escape(text: str) -> str:
-    """Memory text is data: it cannot open, close or forge the block's markers."""
-    return " ".join(str(text).split()).replace("[", "(").replace("]", ")")
+    """Memory text is data: it cannot open, close or forge the block's markers (one line, no brackets)."""
+    return " ".join(str(text).split()).translate(_BRACKETS)
 
 
 def line(memory: dict[str, Any]) -> str:
