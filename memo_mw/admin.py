@@ -329,18 +329,18 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
             raise _Denied(400, "content must be a non-empty string")
         if len(content) > MAX_EDIT_CHARS:
             raise _Denied(400, f"content is longer than {MAX_EDIT_CHARS} characters")
-        gate = admin.sensitive_gate(userdata.clean_content(content))
+        cleaned = userdata.clean_content(content)
+        gate = admin.sensitive_gate(cleaned)
         if gate is not None:
             # The store never keeps these categories; an edit cannot add one.
             raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
-        cleaned = userdata.clean_content(content)
         with admin.store() as store:
             done = userdata.edit(store, user, number, content, ts=admin.now(), reason=_reason(by_admin),
                                  topics=sorted(admin.funnel.topics.tag(cleaned)))
         if done is None:
             raise _Denied(404, "no such memory")
         outcome, found = done
-        return jsonify(outcome=outcome, memory=found, masked=cleaned != " ".join(content.split()))
+        return jsonify(outcome=outcome, memory=found, masked=cleaned != userdata.one_line(content))
 
     @bp.delete("/api/memories/<memory_id>")
     def delete_memory(memory_id: str):

@@ -57,9 +57,14 @@ def audit(store: Store, user_id: str) -> list[dict[str, Any]]:
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
+def one_line(text: str) -> str:
+    """NFKC, on one line, spaces collapsed."""
+    return " ".join(nfkc(text).split())
+
+
 def clean_content(text: str) -> str:
-    """An edited line as the store would hold it: NFKC, one line, spaces collapsed, PII masked."""
-    return mask_pii(" ".join(nfkc(text).split()))
+    """An edited line as the store would hold it: :func:`one_line`, PII masked."""
+    return mask_pii(one_line(text))
 
 
 def edit(store: Store, user_id: str, memory_id: int, content: str, *, ts: int, reason: str,
