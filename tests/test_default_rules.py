@@ -31,7 +31,19 @@ def funnel(rules):
 
 
 def test_default_rules_load_without_problems():
-    assert check_rules(None) == []
+    assert check_rules(None) == []  # the examples of every rule included
+
+
+def test_every_default_rule_carries_examples_of_both_kinds(rules):
+    """Every trigger and gate shows what it is for (match) and what it must leave alone (no_match)."""
+    without = []
+    for rule_file in rules.files:
+        for rule in [*rule_file.triggers, *rule_file.negative, *rule_file.sensitive, *rule_file.forget,
+                     *rule_file.recall_all]:
+            if rule.examples is None or not rule.examples[0] or not rule.examples[1]:
+                without.append(rule.id)
+    assert without == []
+    assert len([r for f in rules.files for r in f.triggers]) > 60  # the check above saw the shipped rules
 
 
 def _p(message, mem_type, polarity, summary, id):
