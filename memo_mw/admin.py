@@ -23,12 +23,13 @@ Who the user is comes from the same place as in the middleware: ``get_user(envir
 when a ``get_user`` callable is configured, else the ``X-User-Id`` header (behind a proxy
 that sets it). Nothing in the query string or the body names a user, except with the admin
 token (``Authorization: Bearer <token>``), which acts for ``?user=<id>``. No identity: 401;
-an unknown or wrong token: 401; ``?user=`` without the token: 403. A memory of another user
-is a 404, the same as an id that does not exist.
+``?user=`` with a wrong token: 401, without a bearer token: 403. A memory of another user is a
+404, the same as an id that does not exist. Without ``?user=``, an ``Authorization`` header is
+the app's business (a Basic login in front of it, a bearer token its ``get_user`` reads).
 
 Changes (``PATCH``, ``DELETE``) must come with a JSON ``Content-Type``, an ``X-Requested-With``
-or an ``Authorization`` header: a cross-site form cannot send any of them, so another site
-cannot make a signed-in browser delete anything. Every response is ``Cache-Control: no-store``;
+header or a bearer token: a cross-site form cannot send any of them, so another site cannot
+make a signed-in browser delete anything. Every response is ``Cache-Control: no-store``;
 the page allows only its own inline script and style (a nonce) and no framing.
 
 The routes write SQLite from the web process (they are rare and asked for by the user; the
@@ -106,19 +107,22 @@ class Admin:
     # -- who is asking -----------------------------------------------------------------
 
     def user(self) -> tuple[str, bool]:
-        """(the user the request acts for, whether by the admin token); raises _Denied."""
-        authorization = request.headers.get("Authorization")
-        if authorization is not None:
-            scheme, _, token = authorization.partition(" ")
-            if (self.admin_token is None or scheme.lower() != "bearer"
-                    or not hmac.compare_digest(token.strip().encode(), self.admin_token.encode())):
-                raise _Denied(401, "the token is not valid")
+        """(the user the request acts for, whether by the admin token); raises _Denied.
+
+        Only a request naming ``?user=`` is an admin request: an ``Authorization`` header
+        without it is left to the app (a Basic login in front, a bearer token its own
+        ``get_user`` reads), and the request acts for its own identity.
+        """
+        if "user" in request.args:
+            token = _bearer(request.headers.get("Authorization", ""))
+            if token is None:
+                raise _Denied(403, "only the admin token may act for another user (?user=)")
+            if self.admin_token is None or not hmac.compare_digest(token.encode(), self.admin_token.encode()):
+                raise _Denied(401, "the admin token is not valid")
             user = clean_id(request.args.get("user"))
             if user is None:
-                raise _Denied(400, "with the admin token, say which user: ?user=<id>")
+                raise _Denied(400, "?user= must name a user")
             return user, True
-        if "user" in request.args:
-            raise _Denied(403, "only the admin token may act for another user (?user=)")
         user = self._own_identity(request.environ)
         if user is None:
             raise _Denied(401, "no user identity on this request")
@@ -196,6 +200,11 @@ class Admin:
             return []
 
 
+def _bearer(authorization: str) -> str | None:
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
 def _checked_token(token: str | None) -> str | None:
     if not token:
         return None
@@ -265,8 +274,10 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
     def refuse_cross_site_changes():
         if request.method in ("PATCH", "DELETE", "POST", "PUT"):
             json_body = request.mimetype == "application/json"
-            if not (json_body or "X-Requested-With" in request.headers or "Authorization" in request.headers):
-                raise _Denied(403, "changes need a JSON body or an X-Requested-With header")
+            # Not any Authorization: a browser adds a Basic login to cross-site requests by itself.
+            bearer = _bearer(request.headers.get("Authorization", "")) is not None
+            if not (json_body or "X-Requested-With" in request.headers or bearer):
+                raise _Denied(403, "changes need a JSON body, an X-Requested-With header or a bearer token")
 
     @bp.after_request
     def no_store(response: Response) -> Response:

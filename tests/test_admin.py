@@ -126,11 +126,14 @@ ROUTES = [
 
 AUTH_CASES = [
     pytest.param({}, "", 401, id="no-identity"),
+    pytest.param({"X-User-Id": ""}, "", 401, id="empty-header"),
     pytest.param({"Authorization": "Bearer wrong-token-wrong-token"}, "?user=alice", 401, id="wrong-token"),
-    pytest.param({"Authorization": f"Basic {TOKEN}"}, "?user=alice", 401, id="not-bearer"),
     pytest.param({"Authorization": "Bearer " + TOKEN[:-1]}, "?user=alice", 401, id="token-prefix"),
+    pytest.param({"Authorization": f"Bearer {TOKEN}x"}, "?user=alice", 401, id="token-longer"),
     pytest.param({"X-User-Id": "bob"}, "?user=alice", 403, id="user-param-without-token"),
-    pytest.param({"Authorization": f"Bearer {TOKEN}"}, "", 400, id="token-without-user"),
+    pytest.param({"Authorization": f"Basic {TOKEN}"}, "?user=alice", 403, id="not-bearer"),
+    pytest.param({"Authorization": f"Bearer {TOKEN}"}, "?user=", 400, id="token-with-empty-user"),
+    pytest.param({"Authorization": f"Bearer {TOKEN}"}, "", 401, id="token-names-no-one"),
 ]
 
 
@@ -152,21 +155,39 @@ def test_requests_without_a_valid_identity_are_refused(two_users, db, method, pa
     assert audit_rows(db, "alice") == [] and audit_rows(db, "bob") == []
 
 
+def test_without_user_param_an_authorization_header_is_the_apps_business(two_users, db):
+    """A Basic login in front of the app, or the app's own bearer token: the request acts for its own user."""
+    app, client = two_users
+    for authorization in (f"Basic {TOKEN}", "Bearer the-apps-own-jwt", f"Bearer {TOKEN}"):
+        listed = client.get("/memo/api/memories", headers={"X-User-Id": "bob", "Authorization": authorization}).json
+        assert listed["user_id"] == "bob" and listed["count"] == 2
+    # A Basic login is sent cross-site by the browser itself: it does not pass for a deliberate request.
+    memory_id = bob_ids(db)[0]
+    response = client.delete(f"/memo/api/memories/{memory_id}", headers={"X-User-Id": "bob",
+                                                                         "Authorization": "Basic Ym9iOnB3"})
+    assert response.status_code == 403 and len(contents(db, "bob")) == 2
+    response = client.delete(f"/memo/api/memories/{memory_id}", headers={"X-User-Id": "bob",
+                                                                         "Authorization": "Bearer the-apps-own-jwt"})
+    assert response.status_code == 200 and len(contents(db, "bob")) == 1
+
+
 def test_no_admin_token_configured_means_no_bearer_is_accepted(db, rules):
     app = make_app(db, rules, token=None)
     client = app.test_client()
     say(client, "alice", "I like running")
     settle(app)
-    for token in ("", "None", "null", TOKEN):
+    for token, status in (("", 403), ("None", 401), ("null", 401), (TOKEN, 401)):
         response = client.get("/memo/api/memories?user=alice", headers={"Authorization": f"Bearer {token}"})
-        assert response.status_code == 401 and b"running" not in response.data
+        assert response.status_code == status and b"running" not in response.data
     assert client.get("/memo/api/memories", headers=as_user("alice")).json["count"] == 1
 
 
 @pytest.mark.parametrize("token", ["", None])
 def test_an_empty_token_is_no_token(db, rules, token):
     app = make_app(db, rules, token=token)
-    assert app.test_client().get("/memo/api/memories?user=a", headers={"Authorization": "Bearer "}).status_code == 401
+    client = app.test_client()
+    assert client.get("/memo/api/memories?user=a", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 401
+    assert client.get("/memo/api/memories?user=a", headers={"Authorization": "Bearer "}).status_code == 403
 
 
 def test_a_short_admin_token_is_refused_at_start_up(db, rules):

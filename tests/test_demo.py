@@ -71,7 +71,7 @@ def test_demo_reads_the_admin_token_from_the_environment(tmp_path, monkeypatch):
     client = create_app(db=str(tmp_path / "memo.db")).test_client()
     post(client, "I like bossa nova", user="ana")
     assert client.get("/memo/api/memories?user=ana", headers={"Authorization": f"Bearer {token}"}).status_code == 200
-    assert client.get("/memo/api/memories?user=ana", headers={"Authorization": "Bearer x" * 3}).status_code == 401
+    assert client.get("/memo/api/memories?user=ana", headers={"Authorization": "Bearer " + "x" * 24}).status_code == 401
 
 
 class _StandIn(http.server.BaseHTTPRequestHandler):
