@@ -140,6 +140,7 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     browser.find_element(By.ID, "delete-all").click()
     dialog = browser.find_element(By.ID, "confirm-all")
     wait.until(lambda d: dialog.get_attribute("open") is not None)
+    assert browser.find_element(By.ID, "confirm-text").text.startswith("All your memories (2) will be deleted")
     browser.find_element(By.ID, "cancel-delete-all").click()
     wait.until(lambda d: dialog.get_attribute("open") is None)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#memories li")) == 2
