@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import itertools
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -138,18 +139,32 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Databas
         conn.execute(f"PRAGMA busy_timeout = {int(defaults.SQLITE_BUSY_TIMEOUT_MS)}")
         db = sqlite_utils.Database(conn)
         if not readonly:
-            if db.journal_mode != "wal" and path != ":memory:":
-                db.enable_wal()
             # Safe with WAL: a power cut may lose the last commits, never corrupt the file.
             conn.execute("PRAGMA synchronous = NORMAL")
             # Deleted content is overwritten, not left in free pages: forgetting is physical.
             conn.execute("PRAGMA secure_delete = ON")
-            migrations.apply(db)
+            _prepare(db, path)
         else:
             conn.execute("PRAGMA query_only = ON")
         return db
     except (sqlite3.DatabaseError, OSError) as exc:
         raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
+
+
+def _prepare(db: sqlite_utils.Database, path: str) -> None:
+    """WAL mode and the schema. Processes that start together on a new file (web workers,
+    job workers) race for both: switching the journal mode does not wait on the busy
+    timeout, and two may try the same migration. The loser tries again and finds it done."""
+    for attempt in itertools.count():
+        try:
+            if db.journal_mode != "wal" and path != ":memory:":
+                db.enable_wal()
+            migrations.apply(db)
+            return
+        except sqlite3.OperationalError as exc:
+            if attempt >= 20 or not ("locked" in str(exc) or "already exists" in str(exc)):
+                raise
+            time.sleep(0.02 * (attempt + 1))
 
 
 def check_writable(path: str | Path) -> None:

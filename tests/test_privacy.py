@@ -285,3 +285,15 @@ def test_end_to_end_through_the_shipped_rules():
         assert "[email]" in field and "[phone]" in field
         assert "bob" not in field and "example.com" not in field and "13812345678" not in field
     assert "bob" not in candidate.key and "13812345678" not in candidate.key
+
+
+@pytest.mark.parametrize("text, stage", [
+    pytest.param("我是HIV阳性", "sensitive", id="zh-hiv"),
+    pytest.param("我喜欢喝shivu茶", "captured", id="zh-latin-word-containing-hiv"),
+    pytest.param("I like archive tea", "captured", id="en-word-containing-hiv"),
+])
+def test_latin_terms_in_chinese_rules_match_whole_words(text, stage):
+    from memo_mw.funnel import Funnel
+    from memo_mw.rules import load_rules
+
+    assert Funnel(load_rules(None)).process(text).stage == stage
