@@ -1,0 +1,31 @@
+"""The chat app the load tests run under gunicorn: it echoes the message it was sent (so a
+test can tell its reply from another's) and is wrapped by the middleware, configured from
+MEMO_DB and MEMO_REDIS_URL."""
+
+from __future__ import annotations
+
+import os
+
+from flask import Flask, jsonify, request
+
+from memo_mw import MemoryMiddleware
+
+app = Flask(__name__)
+
+
+@app.get("/health")
+def health():
+    return "ok"
+
+
+@app.post("/chat")
+def chat():
+    body = request.get_json()
+    message = body["message"]
+    if "[MEMORY_END]\n\n" in message:  # the block the middleware put before the message
+        message = message.split("[MEMORY_END]\n\n", 1)[1]
+    return jsonify(echo=message, memories=len(request.environ.get("memo.memories", [])))
+
+
+app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=os.environ["MEMO_DB"],
+                                redis_url=os.environ.get("MEMO_REDIS_URL") or None)

@@ -1,0 +1,50 @@
+"""Concurrent load through a real server: 20 threads x 500 requests from 200 users to the
+middleware under gunicorn (2 gthread workers), with a real rq worker storing as the load
+runs. Every expected memory is stored once, none crosses users, no request fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import redis
+from rq import Queue, SimpleWorker
+
+from memo_mw import defaults
+from memo_mw.store import check_writable
+
+from .loadgen import expected_memories, gunicorn, plan, run_load, stored_memories
+
+
+def test_twenty_threads_of_five_hundred_requests(db, redis_url):
+    check_writable(db)
+    work = plan(threads=20, per_thread=500, users=200)
+    expected = expected_memories(work)
+    worker = subprocess.Popen([sys.executable, "-m", "memo_mw", "worker", "--url", redis_url],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with gunicorn(db, redis_url) as port:
+            result = run_load(port, work)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)  # a warm shutdown: it finishes the job in hand
+        worker.wait(timeout=60)
+    # What the worker had not reached yet: a real rq worker (no fork, for speed) drains it.
+    connection = redis.Redis.from_url(redis_url)
+    queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
+    SimpleWorker([queue], connection=connection, serializer=defaults.SERIALIZER).work(
+        burst=True, logging_level="WARNING")
+    failed = queue.failed_job_registry.count
+    connection.close()
+
+    assert result.sent == 10_000
+    assert result.errors == []
+    assert result.statuses == {200: 10_000}  # zero 5xx, zero anything else
+    assert result.wrong_replies == 0  # every reply was the app's answer to that request
+    assert failed == 0
+    stored = stored_memories(db)
+    assert len(expected) > 2_500 and all(count == 1 for count in expected.values())
+    missing = expected - stored
+    assert not missing, f"{sum(missing.values())} memories missing, e.g. {list(missing)[:3]}"
+    assert stored == expected  # nothing doubled, nothing else, and each under its own user
