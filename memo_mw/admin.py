@@ -171,6 +171,9 @@ class Admin:
             return True
         marker = forget_marker(match, ts)
         try:
+            spooled = getattr(self.backend, "forget_spooled", None)
+            if spooled is not None:  # jobs waiting in the outbox while Redis is down
+                spooled(user_id, marker)
             queue = getattr(self.backend, "queue", None)
             if queue is not None:  # rq on Redis
                 from .jobs import forget_waiting

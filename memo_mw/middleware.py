@@ -303,6 +303,12 @@ class MemoryMiddleware:
     def _note_forget(self, user_id: str, forget: dict, state: UserState) -> UserState:
         """Record a forget request for recall and the jobs; take what it names out of pending payloads."""
         self._state_call("add_forget", user_id, forget)
+        spooled = getattr(self.queue, "forget_spooled", None)  # jobs waiting for Redis in the outbox
+        if spooled is not None:
+            try:
+                spooled(user_id, forget)
+            except Exception:
+                log.exception("memo-mw: could not apply a forget request to the outbox")
         pending = []
         for payload in state.pending:
             kept = without_forgotten(payload, [forget])

@@ -75,6 +75,38 @@ class Outbox:
             "select func, args from outbox where user_id = ? order by id", [user_id]).fetchall()
         return [(func, json.loads(args)) for func, args in rows]
 
+    def forget(self, user_id: str, forget: dict[str, Any]) -> int:
+        """Take what a forget request names out of the user's waiting remember jobs (deleting
+        a job left with nothing to store); the number of jobs changed."""
+        from .queue import REMEMBER
+        from .userstate import without_forgotten
+
+        conn = self._connect()
+        changed = 0
+        conn.execute("begin immediate")
+        try:
+            for row_id, args in conn.execute("select id, args from outbox where user_id = ? and func = ?",
+                                             [user_id, REMEMBER]).fetchall():
+                args = json.loads(args)
+                kept = without_forgotten(args[1], [forget])
+                if kept["candidates"] == args[1].get("candidates"):
+                    continue
+                changed += 1
+                if kept["candidates"]:
+                    conn.execute("update outbox set args = ? where id = ?",
+                                 [json.dumps([args[0], kept, *args[2:]], ensure_ascii=False), row_id])
+                else:
+                    conn.execute("delete from outbox where id = ?", [row_id])
+        finally:
+            conn.execute("commit")
+        if changed:
+            self._checkpoint()
+        return changed
+
+    def _checkpoint(self) -> None:
+        """Fold the WAL back into the file: the old copies of deleted rows go with it."""
+        self._connect().execute("pragma wal_checkpoint(truncate)")
+
     def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50) -> int:
         """Send the oldest rows, deleting each once sent; stop at the first failure (and raise it)."""
         conn = self._connect()
@@ -91,6 +123,8 @@ class Outbox:
             finally:
                 conn.execute("commit")  # what was sent is gone, even when a send failed
             if len(rows) < batch:
+                if sent:
+                    self._checkpoint()
                 return sent
 
     def close(self) -> None:
@@ -150,6 +184,11 @@ class ResilientBackend:
     def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
         # Recall counts only nudge a ranking: while Redis is down they are dropped, not spooled.
         self.call(self.backend.touch, db, user_id, ids, ts)
+
+    def forget_spooled(self, user_id: str, forget: dict[str, Any]) -> int:
+        """Apply a forget request (a :func:`~memo_mw.userstate.forget_marker`) to the outbox now,
+        so what it names is gone from the local file too, not only once its job runs."""
+        return self.outbox.forget(user_id, forget) if self.spooled else 0
 
     def drain(self) -> int:
         """Send what the outbox holds, now; the number sent (0 when Redis is still down)."""

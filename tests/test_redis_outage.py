@@ -235,3 +235,49 @@ def test_outbox_drain_stops_at_the_first_failure_and_keeps_the_rest(tmp_path):
     assert outbox.count() == 2
     assert outbox.drain(lambda func, args, job_id: sent.append(job_id)) == 2
     assert sent[3:] == ["job-3", "job-4"] and outbox.count() == 0
+
+
+def outbox_text(middleware):
+    with open(middleware.queue.outbox.path, "rb") as f:
+        data = f.read()
+    wal = middleware.queue.outbox.path + "-wal"
+    try:
+        with open(wal, "rb") as f:
+            data += f.read()
+    except FileNotFoundError:
+        pass
+    return data
+
+
+def test_a_forget_request_empties_the_outbox_at_once(db, redis_server, redis_url):
+    redis_server.stop()
+    app, middleware = wrap(db, redis_url)
+    client = app.test_client()
+    say(client, "alice", "I like kalimba. I like oolong.")
+    say(client, "bob", "I like kalimba")
+    say(client, "alice", "forget that I like kalimba")
+    rows = middleware.queue.outbox.user_rows("alice")
+    remembered = [args[1]["candidates"] for func, args in rows if func == REMEMBER]
+    assert [[c["content"] for c in cands] for cands in remembered] == [["likes oolong"]]
+    assert middleware.queue.outbox.user_rows("bob")[0][1][1]["candidates"][0]["content"] == "likes kalimba"
+    redis_server.start()
+    assert wait_until(lambda: middleware.queue.outbox.count() == 0)
+    drain(redis_url)
+    assert stored(db) == [("alice", "likes oolong"), ("bob", "likes kalimba")]
+    middleware.queue.close()
+
+
+def test_forget_me_on_the_memories_api_reaches_the_outbox(db, redis_server, redis_url):
+    from memo_mw.admin import blueprint_for
+
+    redis_server.stop()
+    app, middleware = wrap(db, redis_url)
+    app.register_blueprint(blueprint_for(middleware))
+    client = app.test_client()
+    say(client, "alice", "I like zanzibarian oolong")
+    assert b"zanzibarian" in outbox_text(middleware)
+    response = client.delete("/memo/api/memories", headers={"X-User-Id": "alice", "X-Requested-With": "fetch"})
+    assert response.status_code == 200
+    assert middleware.queue.outbox.user_rows("alice") == []
+    assert b"zanzibarian" not in outbox_text(middleware)  # deleted for real (secure_delete)
+    middleware.queue.close()
