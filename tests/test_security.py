@@ -148,3 +148,17 @@ def test_memory_text_cannot_break_out_of_the_block(contents_, session, type_):
         assert all(c.isprintable() or c == " " for c in text)
     assert all(text.startswith("- ") for text in body[:-1])
     assert body[-1].startswith("[SOURCE: ") and body[-1].count("[") == 1 and body[-1].count("]") == 1
+
+
+@pytest.mark.parametrize("body_user, recalled", [(False, []), (True, ["likes green tea"])])
+def test_the_flask_extension_reads_memo_body_user(two_users, tmp_path, body_user, recalled):
+    from memo_mw import Memo
+
+    app = echo_app()
+    app.config.update(MEMO_DB=two_users, MEMO_BODY_USER=body_user, MEMO_OUTBOX=str(tmp_path / "spool"))
+    Memo(app)
+    response = app.test_client().post("/chat", json={"user_id": "alice", "message": "any green tea tips?"})
+    assert [m["content"] for m in response.json["memories"]] == recalled
+    middleware = app.extensions["memo"].middleware
+    assert middleware.body_user is body_user
+    middleware.queue.close()
