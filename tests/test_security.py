@@ -162,3 +162,25 @@ def test_the_flask_extension_reads_memo_body_user(two_users, tmp_path, body_user
     middleware = app.extensions["memo"].middleware
     assert middleware.body_user is body_user
     middleware.queue.close()
+
+
+def test_the_admin_token_is_compared_in_constant_time(db, monkeypatch):
+    """Every admin request's token goes through hmac.compare_digest (timing does not leak how
+    much of a guess was right); a wrong guess of the right length is refused like any other."""
+    import hmac
+
+    from memo_mw.admin import create_blueprint
+
+    token = "admin-token-0123456789abcdef"
+    compared = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: compared.append((a, b)) or real(a, b))
+    seed(db, "bob", "likes black coffee")
+    app = Flask(__name__)
+    app.register_blueprint(create_blueprint(db, admin_token=token))
+    client = app.test_client()
+    for guess, status in [(token, 200), (token[:-1] + "x", 401), ("x" * len(token), 401)]:
+        response = client.get("/memo/api/memories?user=bob", headers={"Authorization": f"Bearer {guess}"})
+        assert response.status_code == status
+        assert compared[-1] == (guess.encode(), token.encode())
+    assert len(compared) == 3
