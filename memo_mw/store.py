@@ -92,6 +92,21 @@ def m003_memory_terms(db: sqlite_utils.Database) -> None:
     reindex(db)
 
 
+@migrations()
+def m004_user_versions(db: sqlite_utils.Database) -> None:
+    # A version per user, changed by every change to the user's memories: the web process keeps
+    # each user's memories in memory for recall, and this one-row read tells it they changed.
+    # Versions come from one counter, so a version is never reused, whatever is deleted.
+    db.execute("create table memo_clock (id integer primary key check (id = 1), n integer not null)")
+    db.execute("insert into memo_clock (id, n) values (1, 0)")
+    db.execute("create table user_versions (user_id text primary key, version integer not null) without rowid")
+    bump = ("update memo_clock set n = n + 1 where id = 1;"
+            " insert into user_versions (user_id, version) values ({who}.user_id, (select n from memo_clock))"
+            " on conflict (user_id) do update set version = excluded.version;")
+    for event, who in (("insert", "new"), ("delete", "old"), ("update", "new")):
+        db.execute(f"create trigger user_versions_{event} after {event} on memories begin {bump.format(who=who)} end")
+
+
 def reindex(db: sqlite_utils.Database, batch: int = 5000) -> int:
     """Index the memories not indexed (every one, on migration); returns how many."""
     done = 0
