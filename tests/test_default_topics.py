@@ -151,8 +151,38 @@ def test_both_files_have_the_same_topics_and_enough_words():
     assert set(zh) == set(en)
     assert {"food", "drink", "music", "reading", "film", "sport", "travel", "work", "study", "tech", "family",
             "pets", "shopping", "games", "art", "style"} <= set(zh)
-    for name in zh:
+    broad = {name for name in zh if not name.startswith(NARROW)}
+    for name in broad:
         assert len(zh[name]) >= 30 and len(en[name]) >= 30, name
+    # Programming languages, tools and what is asked about them: narrow lexicons by design.
+    assert {"lang.rust", "lang.python", "tool.docker", "code.async", "code.types"} <= set(zh) - broad
+    for name in set(zh) - broad:
+        assert len(zh[name]) >= 5 and len(en[name]) >= 5, name
+
+
+NARROW = ("lang.", "tool.", "code.")
+
+
+@pytest.mark.parametrize("text, topics", [
+    pytest.param("How do I use async traits in Rust with tokio?",
+                 {"tech", "lang.rust", "code.async", "code.types"}, id="en-rust-async-traits"),
+    pytest.param("Rust 的异步和 trait 怎么写？", {"tech", "lang.rust", "code.async", "code.types"}, id="zh-rust-async-traits"),
+    pytest.param("serde 怎么反序列化", {"lang.rust", "code.serialization"}, id="zh-serde"),
+    pytest.param("my docker container keeps crashing", {"tech", "tool.docker"}, id="en-docker"),
+    pytest.param("用 k8s 部署 go语言 服务", {"tech", "lang.go", "tool.kubernetes"}, id="zh-k8s-go"),
+    pytest.param("How do I write a unit test for this Python function?", {"tech", "lang.python", "code.testing"},
+                 id="en-python-test"),
+    pytest.param("Python 的协程和多线程有什么区别", {"tech", "lang.python", "code.async"}, id="zh-python-async"),
+    # Everyday words that are also names of tools are not code.
+    pytest.param("How did she react to the news?", set(), id="react-is-not-javascript"),
+    pytest.param("I bought yarn for knitting", {"shopping", "art"}, id="yarn-is-not-javascript"),
+    pytest.param("Wait for me at the terminal", set(), id="terminal-is-not-linux"),
+    pytest.param("She is borrowing my car", {"transport"}, id="borrowing-is-not-rust"),
+    pytest.param("Is the generic drug cheaper?", {"shopping"}, id="generic-is-not-types"),
+    pytest.param("我想去旅行", {"travel"}, id="zh-travel-is-not-code"),
+])
+def test_programming_topics(funnel, text, topics):
+    assert funnel.topics.tag(text) == topics
 
 
 def test_single_chinese_characters_are_the_few_safe_ones():
