@@ -10,13 +10,15 @@
 (``/memo`` by default):
 
 =======================================  ==================================================
-``GET /memo/``                           the web page: the user's memories by type
+``GET /memo/``                           the web page: the user's insights, and memories by type
+``GET /memo/api/insights``               the user's insights (read-only; made weekly)
 ``GET /memo/api/memories``               the user's memories; filters ``type``, ``status``, ``q``
 ``GET /memo/api/memories/<id>``          one memory
 ``PATCH /memo/api/memories/<id>``        ``{"content": "..."}``: edit its line
 ``DELETE /memo/api/memories/<id>``       delete it
-``DELETE /memo/api/memories``            forget me: delete every memory of the user
-``GET /memo/api/export``                 a JSON download of everything stored about the user
+``DELETE /memo/api/memories``            forget me: delete every memory, insight and topic count of the user
+``GET /memo/api/export``                 a JSON download of everything stored about the user (insights
+                                         and topic counts included)
 =======================================  ==================================================
 
 Who the user is comes from the same place as in the middleware: ``get_user(environ, None)``
@@ -302,8 +304,10 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
         with admin.store() as store:
             found = userdata.memories(store, user, **filters)
             total = len(found) if not any(filters.values()) else len(userdata.memories(store, user))
+            insights = userdata.insights(store, user)
         groups = [(t, [m for m in found if m["type"] == t]) for t in userdata.TYPES]
         return _render("admin.html", user=user, groups=[g for g in groups if g[1]], count=len(found),
+                       insights=insights,
                        total=total, filters=filters, types=userdata.TYPES, statuses=userdata.STATUSES,
                        api=url_for(f"{name}.list_memories"), export=url_for(f"{name}.export"),
                        max_chars=MAX_EDIT_CHARS)
@@ -371,6 +375,13 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
         if deleted is None:  # deleted meanwhile
             raise _Denied(404, "no such memory")
         return jsonify(deleted=1, id=number, queue_reached=reached)
+
+    @bp.get("/api/insights")
+    def list_insights():
+        user, _ = admin.user()
+        with admin.store() as store:
+            found = userdata.insights(store, user)
+        return jsonify(user_id=user, count=len(found), insights=found)
 
     @bp.delete("/api/memories")
     def forget_me():

@@ -1,7 +1,7 @@
 """``memo-mw``: the command line, a thin layer over the library.
 
 Commands: ``worker``, ``replay``, ``memories``, ``recall``, ``forget``, ``maintain``,
-``rules check``, ``rules test``. Library and database errors become a one-sentence ``click`` error and
+``insights``, ``rules check``, ``rules test``. Library and database errors become a one-sentence ``click`` error and
 exit status 1, never a traceback.
 """
 
@@ -20,7 +20,8 @@ from typing import Any
 
 import click
 
-from . import defaults, maintenance
+from . import counters, defaults, maintenance
+from . import insights as profile
 from .adapters import clean_id
 from .exceptions import MemoError
 from .funnel import STAGES, Funnel
@@ -28,6 +29,7 @@ from .pipeline import Recaller, remember_payload
 from .recall import RecallConfig
 from .rules import check_rules, load_rules
 from .store import Store, check_writable
+from .text import stable_id
 from .userstate import UserState, forget_marker
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -230,6 +232,8 @@ def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: co
         return
     result = funnel.process(line["text"])
     counts[result.stage] += 1
+    if result.stage != "forget":
+        _count_topics(store, funnel, line)
     # The jobs the middleware would enqueue for this message, in the same order (its ts is
     # the job's time key there too), applied as the worker would apply them.
     if result.stage == "forget":
@@ -240,6 +244,17 @@ def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: co
                                    message_id=line["id"], time_key=line["ts"])
         for outcome in store.remember(payload):
             counts[outcome] += 1
+
+
+def _count_topics(store: Store, funnel: Funnel, line: dict[str, Any]) -> None:
+    """The message's topic counts (memo_mw.counters), as the middleware counts them, in the week of
+    its ts; once per message (user, ts, id, length), so replaying a log twice counts nothing twice."""
+    key = "memo-topics-" + stable_id(line["user"], line["ts"], line["id"] or "", len(line["text"]))
+    if store.db.execute("select 1 from processed_jobs where job_key = ?", [key]).fetchone():
+        return
+    names = counters.count_keys(funnel.topics.tag(line["text"]), line["text"])
+    counters.add(store, line["user"], {(counters.week_of(line["ts"]), name): 1 for name in names})
+    store.db.execute("insert into processed_jobs (job_key, processed_at) values (?, ?)", [key, int(line["ts"])])
 
 
 @main.command()
@@ -368,6 +383,40 @@ def maintain(db: str, now: float | None, as_json: bool) -> None:
     with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
         counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
     click.echo(_dump(counts) if as_json else maintenance.summary(counts))
+
+
+@main.command("insights")
+@db_option
+@click.option("--user", default=None, help="Only this user (default: every user with counts or memories).")
+@click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
+@click.option("--url", envvar="MEMO_REDIS_URL", default=None,
+              help="Redis of the middleware (env MEMO_REDIS_URL): first move the topic counts waiting there.")
+@click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True, help="The jobs' queue.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: the user's insights (an array), or "
+                                                      "every user's (an object of arrays).")
+def insights_command(db: str, user: str | None, now: float | None, url: str | None, queue_name: str,
+                     as_json: bool) -> None:
+    """Compute and store user insights from topic counts and memories, replacing the old ones.
+
+    What the weekly `insights` job does when `rq cron memo_mw.cron` schedules it.
+    """
+    now = profile.now_or(now)
+    with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
+        if url:
+            import redis
+
+            try:
+                counters.flush_redis(redis.Redis.from_url(url), queue_name, db, user)
+            except (redis.RedisError, ValueError) as exc:
+                raise click.ClickException(f"could not move the topic counts from Redis at {url}: {exc}") from exc
+        users = [user] if user is not None else profile.users(store)
+        result = {u: profile.run(store, u, now=now) for u in users}
+    if as_json:
+        click.echo(_dump(result[user] if user is not None else result))
+        return
+    for u, lines in result.items():
+        for line in lines:
+            click.echo(f"{u:<16} {line['confidence']:<7} {line['text']}")
 
 
 @main.group()

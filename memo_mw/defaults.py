@@ -120,3 +120,38 @@ RECALL_INDEX_RECENT = 50
 #: Seconds counted recalls wait in Redis for their flush job before they are dropped (a
 #: bound for a queue nobody works, not a delay: the job is queued with the first count).
 TOUCHES_TTL = 86400
+
+#: Seconds a user's topic counts wait in Redis (memo_mw.counters) for the weekly job that moves
+#: them to SQLite: five weeks, so a missed run loses nothing; refreshed on every count.
+TOPIC_COUNTS_TTL = 35 * 86400
+
+#: Insights (memo_mw.insights): at most this many lines per user. A profile is a few lines about
+#: what the user keeps coming back to, not a list of everything they mentioned.
+INSIGHTS_MAX = 5
+
+#: Insights: a topic needs at least this many counted messages (or a remembered statement) to
+#: be a line at all: one or two questions say little about a person.
+INSIGHTS_MIN_COUNT = 3
+
+#: Insights: confidence by evidence, ``(label, least messages, least distinct ISO weeks)``, the
+#: first that holds wins, else ``low``. Many messages in one week are a project, not a habit;
+#: the same topic over weeks is what a profile should say.
+INSIGHTS_CONFIDENCE = (("high", 10, 3), ("medium", 5, 2))
+
+#: Insights: only counts of the last this many weeks (before the run's ``now``) are read, and the
+#: weekly job deletes older ones: a profile says what the user asks about now.
+INSIGHTS_WINDOW_WEEKS = 26
+
+#: Insights: at most this many facets (``code.*`` topics) named in a line's brackets.
+INSIGHTS_FACETS = 3
+
+#: When ``rq cron memo_mw.cron`` runs the insights job (a cron string, UTC; env
+#: ``MEMO_INSIGHTS_CRON``): Mondays at 03:00, once the week before is complete.
+INSIGHTS_CRON = "0 3 * * 1"
+
+#: Recall: at most this many insight lines in the block's ``[PROFILE]`` section.
+PROFILE_RECALL_K = 3
+
+#: Recall: character budget of the ``[PROFILE]`` lines, on top of ``RECALL_BUDGET_CHARS``: small,
+#: since the profile comes with every request of a user who has one.
+PROFILE_RECALL_BUDGET_CHARS = 240

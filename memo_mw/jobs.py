@@ -2,8 +2,9 @@
 
 Importable without Flask. Arguments are plain JSON values, the database path among
 them: the worker needs nothing but this module and the file. Every job is idempotent:
-``remember`` records its job key; ``forget`` and ``maintain`` are safe to repeat; a
-repeated ``touch`` counts one recall twice, which only nudges a ranking.
+``remember`` records its job key; ``forget``, ``maintain`` and ``insights`` are safe to
+repeat; a repeated ``touch`` counts one recall twice, which only nudges a ranking (and a
+repeated ``count_topics`` one message twice, which only nudges a profile).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import logging
 import time
 from typing import Any
 
-from . import maintenance
+from . import counters, maintenance
+from . import insights as profile
 from .compressor import Compressor, polish_candidates
 from .queue import REMEMBER
 from .store import Store
@@ -92,6 +94,31 @@ def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "use
     return count
 
 
+def count_topics(db: str, user_id: str, week: str, names: list[str]) -> int:
+    """Add one message's topic counts to SQLite (embedded mode; with Redis they wait there)."""
+    with Store(db) as store:
+        return counters.add(store, user_id, {(week, name): 1 for name in names})
+
+
+def flush_topic_counts(db: str, user_id: str | None = None) -> int:
+    """Move the topic counts waiting in Redis (one user's, or every user's) to SQLite."""
+    current = _current_job()
+    if current is None:
+        return 0
+    return counters.flush_redis(current.connection, current.origin, db, user_id)
+
+
+def insights(db: str, now: float | None = None) -> dict[str, int]:
+    """The weekly profile: move the topic counts from Redis to SQLite, then replace every
+    user's insights (users with counts or memories; see memo_mw.insights)."""
+    moved = flush_topic_counts(db)
+    with Store(db) as store:
+        done = profile.run_all(store, now=profile.now_or(now))
+    done["counts_moved"] = moved
+    log.info("memo-mw insights: %(users)d users, %(insights)d lines, %(counts_moved)d counts moved", done)
+    return done
+
+
 def maintain(db: str, now: float | None = None) -> dict[str, int]:
     """Expire tasks, delete those left unconfirmed, resolve contradictions (see memo_mw.maintenance)."""
     with Store(db) as store:
@@ -103,11 +130,14 @@ def maintain(db: str, now: float | None = None) -> dict[str, int]:
 def forget_waiting(queue: Any, user_id: str, forget: dict[str, Any]) -> int:
     """Take what a forget request names out of the user's waiting remember jobs and pending list.
 
-    A job left with nothing to store is deleted; one with other statements keeps them.
+    A job left with nothing to store is deleted; one with other statements keeps them. A
+    request to forget everything also deletes the user's topic counts waiting in Redis.
     Returns how many jobs changed.
     """
     state = RedisUserState(queue.connection, queue.name)
     state.add_forget(user_id, forget)
+    if forget["tokens"] is None:  # forget me: the topic counts waiting for the weekly job too
+        counters.delete_redis(queue.connection, queue.name, user_id)
     for payload in state.read(user_id).pending:
         state.put_pending(user_id, without_forgotten(payload, [forget]))
     waiting = {*queue.job_ids, *queue.scheduled_job_registry.get_job_ids(),

@@ -39,9 +39,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import defaults
+from . import counters, defaults
 from .adapters import Turn, clean_id, inject, read_turn
 from .funnel import Funnel
+from .insights import ProfileReader
 from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 ENVIRON_MEMORIES = "memo.memories"
 ENVIRON_BLOCK = "memo.block"
 ENVIRON_CAPTURE = "memo.capture"
+#: The user's insights in the block's [PROFILE] section (memo_mw.insights), when any.
+ENVIRON_PROFILE = "memo.profile"
 
 GetUser = Callable[[dict, Any], "str | None"]
 
@@ -137,6 +140,7 @@ class MemoryMiddleware:
         self.queue = backend if backend is not None else make_backend(
             redis_url, queue_name=queue_name, outbox=outbox or self.db + ".outbox")
         self.recaller = Recaller(self.db, self.funnel, RecallConfig(k=recall_k, budget=recall_budget))
+        self.profiles = ProfileReader(self.db)
         self.clock = clock
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -236,6 +240,11 @@ class MemoryMiddleware:
         else:
             environ[ENVIRON_CAPTURE] = result.stage
         ts = turn.ts if turn.ts is not None else now
+        if result is not None and result.stage != "forget":
+            # Topic counts for the weekly insights: tagged as recall tags the message (a cache hit
+            # there), sent with the state read below, in its round trip (memo_mw.counters).
+            self._state_call("note_topics", self.db, user_id, counters.week_of(now),
+                             counters.count_keys(self.funnel.topics.tag(turn.message), turn.message))
         state = self._user_state(user_id)
         if result is not None and result.stage == "forget":
             state = self._note_forget(user_id, forget_marker(result.forget_match, ts), state)
@@ -244,10 +253,15 @@ class MemoryMiddleware:
         except Exception:  # e.g. the database became unreadable: no memories, capture still queued
             log.exception("memo-mw: recall failed; request passed through without memories")
             memories = []
+        try:
+            profile = self.profiles.profile(user_id, state=state)
+        except Exception:
+            log.exception("memo-mw: could not read the user's insights; recalling without them")
+            profile = []
 
         new_raw = None
-        if memories:
-            block = format_block(memories)
+        if memories or profile:
+            block = format_block(memories, profile)
             new_body = inject(body, turn, block, field=self.inject_field)
             try:
                 text = json.dumps(new_body, ensure_ascii=False)
@@ -256,6 +270,8 @@ class MemoryMiddleware:
                 new_raw = json.dumps(new_body).encode("ascii")
             environ[ENVIRON_MEMORIES] = memories
             environ[ENVIRON_BLOCK] = block
+            if profile:
+                environ[ENVIRON_PROFILE] = profile
             stored_ids = [m["id"] for m in memories if m["id"] is not None]  # pending ones have none yet
             if stored_ids:
                 try:

@@ -133,7 +133,7 @@ class ThreadBackend:
     def __init__(self) -> None:
         self._jobs: stdlib_queue.Queue = stdlib_queue.Queue()
         self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self.state = LocalUserState()
+        self.state = LocalUserState(enqueue=self.enqueue)  # topic counts: a job on this thread
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="memo-mw-jobs", daemon=True)
         self._thread.start()

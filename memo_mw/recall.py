@@ -21,6 +21,8 @@ from .text import tokens
 
 BLOCK_BEGIN = "[MEMORY_BEGIN]"
 BLOCK_END = "[MEMORY_END]"
+#: Starts the block's section of insight lines (after the memories and their source line).
+PROFILE = "[PROFILE]"
 
 
 @dataclass(frozen=True)
@@ -126,18 +128,31 @@ def line(memory: dict[str, Any]) -> str:
     return f"- {_escape(memory['content'])} ({', '.join(marks)})"
 
 
-def format_block(memories: list[dict[str, Any]]) -> str:
+def profile_line(insight: dict[str, Any]) -> str:
+    """One line of the ``[PROFILE]`` section: an insight's text, escaped like memory text."""
+    return f"- {_escape(insight['text'])}"
+
+
+def format_block(memories: list[dict[str, Any]], profile: list[dict[str, Any]] = ()) -> str:
     """The block injected into the request, as in DESIGN::
 
         [MEMORY_BEGIN]
         - likes jazz (preference, 2024-04-01)
         [SOURCE: s1 / 2024-04-01]
+        [PROFILE]
+        - asks often about rust (async, types): 12 messages over 4 weeks, ...; confidence: high
         [MEMORY_END]
+
+    The ``[PROFILE]`` section holds the user's insights (memo_mw.insights), when there are any.
     """
-    if not memories:
+    if not memories and not profile:
         return ""
-    latest = max(memories, key=lambda m: m.get("source_ts") or 0)
-    day = time.strftime("%Y-%m-%d", time.gmtime(latest.get("source_ts") or 0))
-    lines = [BLOCK_BEGIN, *(line(m) for m in memories),
-             f"[SOURCE: {_escape(latest.get('source_session') or '-')} / {day}]", BLOCK_END]
+    lines = [BLOCK_BEGIN, *(line(m) for m in memories)]
+    if memories:
+        latest = max(memories, key=lambda m: m.get("source_ts") or 0)
+        day = time.strftime("%Y-%m-%d", time.gmtime(latest.get("source_ts") or 0))
+        lines.append(f"[SOURCE: {_escape(latest.get('source_session') or '-')} / {day}]")
+    if profile:
+        lines += [PROFILE, *(profile_line(i) for i in profile)]
+    lines.append(BLOCK_END)
     return "\n".join(lines)

@@ -382,7 +382,10 @@ class Store:
                 rows = [r for r in rows if matches(r, match)]
             count = self._delete(user_id, [r["id"] for r in rows], ts=ts,
                                  action="forget_all" if match is None else "forget_match", reason=reason)
-        self._checkpoint(count)
+            # Forget me: the profile made from the user's messages goes too (memo_mw.insights).
+            profile = 0 if match is not None else sum(self.db.execute(
+                f"delete from {table} where user_id = ?", [user_id]).rowcount for table in ("insights", "topic_counts"))
+        self._checkpoint(count + profile)
         return count
 
     def delete_where(self, user_id: str, where: str, args: list, *, ts: int, action: str, reason: str) -> int:
@@ -434,3 +437,16 @@ def matches(memory: dict[str, Any], phrase: str) -> bool:
 def _expiry(candidate: dict[str, Any], ts: int) -> int | None:
     ttl = candidate.get("ttl_days")
     return int(ts + float(ttl) * 86400) if ttl else None
+
+
+@migrations()
+def m005_insights(db: sqlite_utils.Database) -> None:
+    # The weekly profile (memo_mw.insights, memo_mw.counters): topic hits per user and ISO week
+    # ('YYYY-Www'), and the insight lines made from them. Names and counts only, never chat text.
+    db.execute("create table topic_counts (user_id text not null, week text not null, topic text not null,"
+               " count integer not null, primary key (user_id, week, topic)) without rowid")
+    db["insights"].create(
+        {"id": int, "user_id": str, "rank": int, "topic": str, "text": str, "count": int, "weeks": int,
+         "first_seen": str, "last_seen": str, "confidence": str, "language": str, "created_at": int},
+        pk="id", not_null={"user_id", "rank", "topic", "text", "count", "confidence", "created_at"})
+    db["insights"].create_index(["user_id", "rank"])

@@ -131,11 +131,23 @@ def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str) 
     return row
 
 
+def insights(store: Store, user_id: str) -> list[dict[str, Any]]:
+    """The user's insights (memo_mw.insights), best first."""
+    from . import insights as profile
+
+    return profile.read(store, user_id)
+
+
 def export(store: Store, user_id: str, *, now: int) -> dict[str, Any]:
-    """Everything stored about the user: every memory (all statuses) and the audit rows."""
+    """Everything stored about the user: every memory (all statuses), the audit rows, the
+    insights and the topic counts they are made from."""
+    from . import counters
+
     return {
         "user_id": user_id,
         "generated_at": now,
         "memories": memories(store, user_id),
         "audit": audit(store, user_id),
+        "insights": insights(store, user_id),
+        "topic_counts": counters.rows(store, user_id),
     }

@@ -10,7 +10,10 @@ Three things live here, for :data:`memo_mw.defaults.PENDING_TTL` seconds at most
 * **shown** confirmations: expired memories recall has already asked about, so each is
   asked about once even before the ``touch`` job records it;
 * **touches** (Redis only): recall counts per memory, applied in batches by one
-  ``flush_touches`` job per user rather than one SQLite write per request.
+  ``flush_touches`` job per user rather than one SQLite write per request;
+* **topic counts** (:mod:`memo_mw.counters`): noted by the request (``note_topics``, no I/O)
+  and sent with the next read of the user's state, in the same round trip; in embedded mode
+  handed to the job thread, which adds them to SQLite.
 
 With Redis it is three keys per user, read in one round trip; without (embedded mode) it
 is a dictionary in the process.
@@ -22,10 +25,14 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from . import defaults
+from . import counters, defaults
 from .text import tokens
+
+#: The job that adds one message's topic counts to SQLite in embedded mode (memo_mw.jobs).
+COUNT_TOPICS = "memo_mw.jobs.count_topics"
 
 #: Share of a forget phrase's words a memory must contain to count as named by it.
 MATCH_SHARE = 0.6
@@ -75,19 +82,40 @@ def without_forgotten(payload: dict[str, Any], forgets: list[dict[str, Any]]) ->
 
 
 class RedisUserState:
+    #: Users whose noted topic counts may wait for their read; beyond it new notes are dropped.
+    MAX_NOTED_USERS = 10_000
+
     def __init__(self, connection: Any, namespace: str):
         self.connection = connection
         self.namespace = namespace
+        self._noted: dict[str, dict[tuple[str, str], int]] = {}
+        self._noted_lock = threading.Lock()
 
     def _key(self, kind: str, user_id: str) -> str:
         return f"memo:{kind}:{self.namespace}:{user_id}"
 
+    def note_topics(self, db: str, user_id: str, week: str, names: list[str]) -> None:
+        """Count a message's topics (memo_mw.counters.count_keys) in ``week``: no I/O here, the
+        increments go with the next :meth:`read` of the user's state, in its round trip."""
+        with self._noted_lock:
+            noted = self._noted.get(user_id)
+            if noted is None:
+                if len(self._noted) >= self.MAX_NOTED_USERS:
+                    return
+                noted = self._noted[user_id] = {}
+            for name in names:
+                noted[(week, name)] = noted.get((week, name), 0) + 1
+
     def read(self, user_id: str) -> UserState:
+        with self._noted_lock:
+            noted = self._noted.pop(user_id, None) if self._noted else None
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.hvals(self._key("pending", user_id))
             pipe.hvals(self._key("forgets", user_id))
             pipe.smembers(self._key("shown", user_id))
-            pending, forgets, shown = pipe.execute()
+            if noted:
+                counters.redis_increments(pipe, self.namespace, user_id, noted)
+            pending, forgets, shown = pipe.execute()[:3]
         return UserState([json.loads(p) for p in pending], [json.loads(f) for f in forgets],
                          {int(i) for i in shown})
 
@@ -144,9 +172,16 @@ class RedisUserState:
 class LocalUserState:
     """The same state in this process (embedded mode), each entry kept PENDING_TTL seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, enqueue: Callable[..., Any] | None = None) -> None:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], dict[Any, tuple[float, Any]]] = {}
+        #: The job thread's enqueue: topic counts become a ``count_topics`` job (a SQLite write
+        #: off the request). None: they are not kept.
+        self._enqueue = enqueue
+
+    def note_topics(self, db: str, user_id: str, week: str, names: list[str]) -> None:
+        if self._enqueue is not None:
+            self._enqueue(COUNT_TOPICS, [db, user_id, week, names])
 
     def _put(self, kind: str, user_id: str, key: Any, value: Any) -> None:
         self._entries.setdefault((kind, user_id), {})[key] = (time.monotonic(), value)
