@@ -108,6 +108,11 @@ PENDING_TTL = 600
 #: queries (see bench/recall.py), and it is the reference the index path must agree with.
 RECALL_INDEX_MIN_MEMORIES = 300
 
+#: Memories the web process keeps for recall (memo_mw.memcache), over all users; the least
+#: recently used users go first. A user with more than RECALL_INDEX_MIN_MEMORIES is read through
+#: the term index instead. 0 turns the cache off. About 1.5 KB each.
+RECALL_CACHE_MEMORIES = 10_000
+
 #: Index path: how many of the memories sharing a term with the message are loaded and scored
 #: (those with the best possible score). Far more than k, so the k-th pick nearly always beats
 #: every memory left out, which recall checks; when it does not, every memory is loaded.

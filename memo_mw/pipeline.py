@@ -8,15 +8,17 @@ remembered exactly as live traffic would be.
 from __future__ import annotations
 
 import queue
+import sqlite3
 from typing import Any
 
 from . import defaults, index
 from . import index_queries as queries
 from .funnel import Funnel, FunnelResult
+from .memcache import MemoryCache, UserMemories
 from .recall import RecallConfig, score
 from .store import Store
 from .userstate import EMPTY, UserState, forgotten
-from .text import normalize, stable_id
+from .text import normalize, stable_id, tokens
 
 
 
@@ -47,7 +49,8 @@ class Recaller:
 
     def __init__(self, db: str, funnel: Funnel, config: RecallConfig, *, indexed: bool = True,
                  index_min: int = defaults.RECALL_INDEX_MIN_MEMORIES,
-                 index_candidates: int = defaults.RECALL_INDEX_CANDIDATES):
+                 index_candidates: int = defaults.RECALL_INDEX_CANDIDATES,
+                 cache_memories: int = defaults.RECALL_CACHE_MEMORIES):
         self.db = db
         self.funnel = funnel
         self.config = config
@@ -58,6 +61,9 @@ class Recaller:
         #: How many recalls went through the index, and how many of those fell back to loading all.
         self.stats = {"indexed": 0, "fallback": 0}
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
+        #: Users' memories kept in this process (memo_mw.memcache); None: read them every time.
+        self.cache = MemoryCache(max_memories=cache_memories, max_user=min(index_min, cache_memories)) \
+            if cache_memories else None
 
     def recall(self, user_id: str, message: str, *, now: float, state: UserState = EMPTY,
                config: RecallConfig | None = None) -> list[dict[str, Any]]:
@@ -78,6 +84,10 @@ class Recaller:
         except queue.Empty:
             store = Store(self.db, readonly=True)
         try:
+            cached = self._cached(store, user_id)
+            if cached is not None:
+                self._pool.put(store)
+                return self._from_cache(cached, message, now=now, state=state, config=config, recall_all=recall_all)
             chosen = None
             if self.indexed and queries.active_count(store, user_id) > self.index_min and queries.has_index(store):
                 self.stats["indexed"] += 1
@@ -96,6 +106,40 @@ class Recaller:
             raise
         self._pool.put(store)
         return chosen
+
+    def _cached(self, store: Store, user_id: str) -> UserMemories | None:
+        """The user's memories from the cache (loaded into it when missing or changed), or None
+        when the user has too many to cache (or the cache is off, or the database predates it)."""
+        if self.cache is None:
+            return None
+        try:
+            row = store.db.execute("select version from user_versions where user_id = ?", [user_id]).fetchone()
+        except sqlite3.OperationalError:  # a database older than user_versions, opened read-only
+            return None
+        version = row[0] if row else None
+        entry = self.cache.get(user_id, version)
+        if entry is None and queries.active_count(store, user_id) <= self.cache.max_user:
+            # Read the version again after the rows: a write in between must not be cached as
+            # the version before it (the next request would trust stale rows).
+            store.db.execute("begin")
+            try:
+                row = store.db.execute("select version from user_versions where user_id = ?", [user_id]).fetchone()
+                entry = UserMemories.build(row[0] if row else None, store.recall_candidates(user_id),
+                                           self.funnel.topics.tag)
+            finally:
+                store.db.execute("commit")
+            self.cache.put(user_id, entry)
+        return entry
+
+    def _from_cache(self, entry: UserMemories, message: str, *, now: float, state: UserState,
+                    config: RecallConfig, recall_all: bool) -> list[dict[str, Any]]:
+        tag = self.funnel.topics.tag
+        if recall_all or state.pending:  # everything may show, or pending statements replace slots
+            memories, max_hits = entry.memories, None
+        else:  # only what shares a token or topic with the message can score (and style, confirmations)
+            memories, max_hits = entry.candidates(tokens(message), tag(message)), entry.max_hits
+        return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
+                     topics=tag, max_hits=max_hits)
 
 
 def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:

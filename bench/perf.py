@@ -1,0 +1,407 @@
+"""The performance suite (``make bench``): every figure a ratio to a baseline measured in the same run.
+
+    .venv/bin/python bench/perf.py [--quick] [--only NAME ...] [--json PATH]
+
+1. ``wsgi``: a non-trigger message for a user with 100 memories, in-process WSGI calls: the
+   Flask app wrapped by the middleware (private Redis) vs the bare app. Target <= 1.5x (p50).
+2. ``http``: the same over HTTP under gunicorn (1 worker, 4 threads) driven by wrk (16
+   connections), wrapped vs bare: requests per second and p50 latency. Target <= 1.05x.
+3. ``captured``: a message the rules capture (a new statement each time): what handing it to
+   the queue costs the request (the Redis calls of the enqueue and the pending entry) vs one
+   Redis round trip (PING) in the same run. Target <= 2x. Also shown: the whole extra time of a
+   captured request over the bare app, in PINGs.
+4. ``worker``: memories stored per second by one `memo-mw worker` vs one plain RQ job per
+   memory on rq's default forking worker. Target >= 5x.
+5. ``recall``: bench/recall.py (1,000,000 rows; ``--quick``: 200,000): p50/p99 at 100, 1,000
+   and 10,000 memories for one user. Target p99 <= 5 ms at 10,000.
+6. ``rss``: resident memory of a web worker process after 500 requests, with the middleware and
+   the default rules vs without. Target <= +20 MB.
+
+Starts its own redis-server (never touches another). Machine notes and results: docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from memo_mw import MemoryMiddleware, defaults  # noqa: E402
+from memo_mw.pipeline import remember_payload  # noqa: E402
+from memo_mw.store import Store  # noqa: E402
+
+RESULTS: dict[str, dict] = {}
+THINGS = ["jazz", "green tea", "tennis", "sushi", "python", "hiking", "chess", "coffee", "rust", "piano"]
+SYLLABLES = ["ka", "lo", "mi", "ru", "ze", "po", "ta", "ne", "shi", "vu", "ga", "bo", "di", "fe", "ho", "ju"]
+
+
+def word(n: int) -> str:
+    out = []
+    for _ in range(5):
+        out.append(SYLLABLES[n % 16])
+        n //= 16
+    return "".join(out)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+class PrivateRedis:
+    def __init__(self, folder):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process = subprocess.Popen(
+            [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(self.port), "--bind",
+             "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder], stdout=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        for _ in range(400):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.025)
+        client.close()
+
+    def flush(self):
+        client = redis.Redis(port=self.port)
+        client.flushdb()
+        client.close()
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait()
+
+
+def seed_memories(middleware, user="u", n=100):
+    with Store(middleware.db) as store:
+        for i in range(n):
+            result = middleware.funnel.process(f"I like {THINGS[i % len(THINGS)]} style {word(i)}")
+            ts = time.time() - i * 3600
+            store.remember(remember_payload(result, user_id=user, session_id="s", ts=ts, message_id=None, time_key=ts))
+
+
+def chat_app():
+    from bench.app import app as _  # noqa: F401  (the module's app is the bare one unless MEMO_DB is set)
+    from flask import Flask, jsonify, request
+
+    app = Flask("bench")
+
+    @app.post("/chat")
+    def chat():
+        body = request.get_json()
+        return jsonify(reply="ok", length=len(body["message"]))
+
+    return app
+
+
+def environ_for(body: bytes, user="u"):
+    return {"REQUEST_METHOD": "POST", "PATH_INFO": "/chat", "SERVER_NAME": "bench", "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.input": io.BytesIO(body), "wsgi.url_scheme": "http",
+            "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)), "HTTP_X_USER_ID": user,
+            "wsgi.errors": sys.stderr, "wsgi.multithread": True, "wsgi.multiprocess": False,
+            "wsgi.run_once": False, "wsgi.version": (1, 0)}
+
+
+def call(app, body):
+    out = app(environ_for(body), lambda status, headers, exc_info=None: None)
+    for _ in out:
+        pass
+    close = getattr(out, "close", None)
+    if close:
+        close()
+
+
+def timed(fn, n, warm=200):
+    for _ in range(warm):
+        fn()
+    times = []
+    for _ in range(n):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def alternate(fns: dict, n: int, rounds: int = 5) -> dict:
+    """Time each function n times, interleaved in rounds (so machine noise hits both alike)."""
+    times = {name: [] for name in fns}
+    for name, fn in fns.items():
+        timed(fn, 0, warm=200)
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name] += timed(fn, n // rounds, warm=0)
+    return times
+
+
+def report(name, **figures):
+    RESULTS[name] = figures
+    print(f"{name:9} " + "   ".join(f"{k} {v}" for k, v in figures.items()), flush=True)
+
+
+# -- 1. in-process WSGI ---------------------------------------------------------------
+
+def bench_wsgi(server, folder, n):
+    bare = chat_app().wsgi_app
+    middleware = MemoryMiddleware(chat_app().wsgi_app, db=f"{folder}/wsgi.db", redis_url=server.url)
+    seed_memories(middleware)
+    body = json.dumps({"message": "what's the weather like today?"}).encode()
+    times = alternate({"bare": lambda: call(bare, body), "memo": lambda: call(middleware, body)}, n)
+    b50, m50 = pct(times["bare"], .5), pct(times["memo"], .5)
+    report("wsgi", bare_p50=f"{b50 * 1e6:.0f} us", memo_p50=f"{m50 * 1e6:.0f} us", ratio_p50=f"{m50 / b50:.2f}x",
+           ratio_p99=f"{pct(times['memo'], .99) / pct(times['bare'], .99):.2f}x", target="<= 1.5x")
+    middleware.queue.close()
+
+
+# -- 2. HTTP under gunicorn -----------------------------------------------------------
+
+WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = '{"message": "what\\'s the weather like today?"}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["X-User-Id"] = "u"
+"""
+
+
+def gunicorn(env, port):
+    binary = shutil.which("gunicorn", path=os.path.dirname(sys.executable)) or "gunicorn"
+    process = subprocess.Popen([binary, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
+                                "--worker-class", "gthread", "--log-level", "warning", "bench.app:app"],
+                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    for _ in range(300):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return process
+
+
+def wrk(port, seconds, script):
+    out = subprocess.run(["wrk", "-t2", "-c16", f"-d{seconds}s", "--latency", "-s", script,
+                          f"http://127.0.0.1:{port}/chat"], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}[p50.group(2)]
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return rps, float(p50.group(1)) * scale, int(non2xx.group(1)) if non2xx else 0
+
+
+def bench_http(server, folder, seconds):
+    if not shutil.which("wrk"):
+        print("http      skipped: wrk is not installed (apt-get install wrk)")
+        return
+    script = f"{folder}/post.lua"
+    Path(script).write_text(WRK_SCRIPT)
+    db = f"{folder}/http.db"
+    seed_memories(MemoryMiddleware(chat_app().wsgi_app, db=db))
+    results = {"bare": [], "memo": []}
+    for _ in range(2):  # alternate, twice each
+        for name, env in (("bare", {"MEMO_DB": ""}), ("memo", {"MEMO_DB": db, "MEMO_REDIS_URL": server.url})):
+            port = free_port()
+            process = gunicorn(env, port)
+            try:
+                wrk(port, 2, script)  # warm
+                results[name].append(wrk(port, seconds, script))
+            finally:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait()
+    rps = {k: statistics.mean(r[0] for r in v) for k, v in results.items()}
+    p50 = {k: statistics.mean(r[1] for r in v) for k, v in results.items()}
+    errors = sum(r[2] for v in results.values() for r in v)
+    report("http", bare_rps=f"{rps['bare']:.0f}", memo_rps=f"{rps['memo']:.0f}",
+           ratio_throughput=f"{rps['bare'] / rps['memo']:.3f}x", ratio_p50=f"{p50['memo'] / p50['bare']:.3f}x",
+           non_2xx=errors, target="<= 1.05x")
+
+
+# -- 3. a captured message ------------------------------------------------------------
+
+def bench_captured(server, folder, n):
+    bare = chat_app().wsgi_app
+    middleware = MemoryMiddleware(chat_app().wsgi_app, db=f"{folder}/captured.db", redis_url=server.url)
+    seed_memories(middleware)
+    spent = []
+
+    def timing(obj, name):
+        method = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[-1] += time.perf_counter() - started
+        setattr(obj, name, wrapper)
+
+    # The hand-off: everything the request does to get the memory queued (and visible as pending).
+    timing(middleware, "_enqueue")
+    timing(middleware, "_state_call")
+    counter = iter(range(10**9))
+
+    def captured():
+        spent.append(0.0)
+        call(middleware, json.dumps({"message": f"I like {word(next(counter))} music"}).encode())
+
+    client = redis.Redis.from_url(server.url)
+    body = json.dumps({"message": "I like jazz music"}).encode()
+    times = alternate({"ping": client.ping, "bare": lambda: call(bare, body), "captured": captured}, n)
+    handoff = sorted(spent[-len(times["captured"]):])
+    ping = pct(times["ping"], .5)
+    extra = pct(times["captured"], .5) - pct(times["bare"], .5)
+    report("captured", ping_p50=f"{ping * 1e6:.0f} us", handoff_p50=f"{pct(handoff, .5) * 1e6:.0f} us",
+           handoff_in_pings=f"{pct(handoff, .5) / ping:.2f}x", whole_extra_in_pings=f"{extra / ping:.1f}x",
+           target="hand-off <= 2x")
+    client.close()
+    middleware.queue.close()
+
+
+# -- 4. worker throughput -------------------------------------------------------------
+
+def bench_worker(server, folder, n):
+    from rq import Queue, Worker
+
+    from memo_mw.funnel import Funnel
+    from memo_mw.rules import load_rules
+
+    funnel = Funnel(load_rules())
+    payloads = []
+    for i in range(n):
+        result = funnel.process(f"I like {word(i)} music")
+        payloads.append(remember_payload(result, user_id=f"user-{i % 50}", session_id="s", ts=1_700_000_000 + i,
+                                         message_id=None, time_key=i))
+    connection = redis.Redis.from_url(server.url)
+
+    def plain_rq():
+        db = f"{folder}/worker-plain.db"
+        Store(db).close()
+        queue = Queue("plain", connection=connection)
+        for payload in payloads:
+            queue.enqueue("memo_mw.jobs.remember", db, payload)
+        started = time.perf_counter()
+        Worker([queue], connection=connection).work(burst=True, logging_level="ERROR")
+        return time.perf_counter() - started, db
+
+    def memo_worker():
+        db = f"{folder}/worker-memo.db"
+        middleware = MemoryMiddleware(chat_app().wsgi_app, db=db, redis_url=server.url)
+        for payload in payloads:
+            middleware.queue.enqueue("memo_mw.jobs.remember", [db, payload], job_id=payload["job_key"])
+        middleware.queue.close()
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "memo_mw", "worker", "--burst", "--url", server.url], cwd=ROOT,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.perf_counter() - started, db
+
+    t_plain, db_plain = plain_rq()
+    t_memo, db_memo = memo_worker()
+    counts = []
+    for db in (db_plain, db_memo):
+        with Store(db) as store:
+            counts.append(store.db.execute("select count(*) from memories").fetchone()[0])
+    report("worker", plain_rq=f"{counts[0] / t_plain:.0f}/s", memo_worker=f"{counts[1] / t_memo:.0f}/s",
+           ratio=f"{(counts[1] / t_memo) / (counts[0] / t_plain):.1f}x", stored=f"{counts[1]}/{n}", target=">= 5x")
+    connection.close()
+
+
+# -- 5. recall latency ----------------------------------------------------------------
+
+def bench_recall(rows):
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "recall.py"), "--rows", str(rows)],
+                         capture_output=True, text=True, check=True).stdout
+    print(out.rstrip())
+    table = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(\d+)\s+([\d.]+) ms\s+([\d.]+) ms\s+([\d.]+) ms\s+([\d.]+) ms", line)
+        if m:
+            table[int(m.group(1))] = {"p50_ms": float(m.group(2)), "p99_ms": float(m.group(3)),
+                                      "load_all_p50_ms": float(m.group(4)), "load_all_p99_ms": float(m.group(5))}
+    report("recall", rows=rows, **{f"p99_at_{k}": f"{v['p99_ms']:.2f} ms" for k, v in table.items()},
+           target="p99 <= 5 ms at 10000")
+    RESULTS["recall"]["table"] = table
+
+
+# -- 6. memory ------------------------------------------------------------------------
+
+RSS_SCRIPT = """
+import io, json, os, sys, time
+sys.path.insert(0, {root!r})
+from bench.perf import chat_app, call, seed_memories, word
+from memo_mw import MemoryMiddleware
+app = chat_app().wsgi_app
+if {wrapped!r}:
+    app = MemoryMiddleware(app, db={db!r}, redis_url={url!r})
+    seed_memories(app)
+for i in range(500):
+    message = "I like " + word(i) + " music" if i % 3 == 0 else "what's the weather like today?"
+    call(app, json.dumps({{"message": message}}).encode())
+time.sleep(0.5)
+rss = [l for l in open("/proc/self/status") if l.startswith("VmRSS")][0].split()[1]
+print(int(rss) * 1024)
+"""
+
+
+def bench_rss(server, folder):
+    sizes = {}
+    for wrapped in (False, True):
+        code = RSS_SCRIPT.format(root=str(ROOT), wrapped=wrapped, db=f"{folder}/rss.db", url=server.url)
+        sizes[wrapped] = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                            check=True, cwd=ROOT).stdout.split()[-1])
+    report("rss", bare=f"{sizes[False] / 2**20:.1f} MB", memo=f"{sizes[True] / 2**20:.1f} MB",
+           delta=f"+{(sizes[True] - sizes[False]) / 2**20:.1f} MB", target="<= +20 MB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller runs (about a minute)")
+    parser.add_argument("--only", nargs="*", choices=["wsgi", "http", "captured", "worker", "recall", "rss"])
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    only = set(args.only or ["wsgi", "http", "captured", "worker", "recall", "rss"])
+    n = 2000 if args.quick else 10000
+    folder = tempfile.mkdtemp(prefix="memo-perf-")
+    server = PrivateRedis(folder)
+    print(f"memo-mw performance, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, Python "
+          f"{sys.version.split()[0]}, {subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}")
+    try:
+        for name, run in (("wsgi", lambda: bench_wsgi(server, folder, n)),
+                          ("http", lambda: bench_http(server, folder, 5 if args.quick else 10)),
+                          ("captured", lambda: bench_captured(server, folder, n)),
+                          ("worker", lambda: bench_worker(server, folder, 500 if args.quick else 2000)),
+                          ("recall", lambda: bench_recall(200_000 if args.quick else 1_000_000)),
+                          ("rss", lambda: bench_rss(server, folder))):
+            if name in only:
+                server.flush()
+                run()
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(RESULTS, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

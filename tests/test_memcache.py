@@ -1,0 +1,86 @@
+"""The recall cache (memo_mw.memcache): the same answers as reading the database every time, and
+never a stale one after a write, whoever makes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from memo_mw.funnel import Funnel
+from memo_mw.memcache import MemoryCache, UserMemories
+from memo_mw.pipeline import Recaller, remember_payload
+from memo_mw.recall import RecallConfig
+from memo_mw.rules import load_rules
+from memo_mw.store import Store
+from memo_mw.userstate import EMPTY, UserState, forget_marker
+
+NOW = 1_750_000_000
+STATEMENTS = ["I like green tea", "I play tennis every weekend", "I hate horror movies", "from now on answer briefly",
+              "I live in Lisbon", "我喜欢喝乌龙茶", "我不吃香菜", "以后回答简短一点", "I always take the bus to work",
+              "I love bossa nova", "我住在杭州", "remember that I prefer window seats"]
+QUERIES = ["any tea tips?", "what should I cook tonight?", "weekend plans?", "推荐一部电影", "晚饭吃什么",
+           "what do you remember about me?", "tell me about Lisbon", "hello", "杭州有什么好玩的", "music for tonight"]
+
+
+@pytest.fixture(scope="module")
+def funnel():
+    return Funnel(load_rules(None))
+
+
+def say(db, funnel, user, text, ts):
+    result = funnel.process(text)
+    assert result.candidates, text
+    with Store(db) as store:
+        store.remember(remember_payload(result, user_id=user, session_id="s", ts=ts, message_id=None, time_key=ts))
+
+
+def answers(recaller, user, state=EMPTY):
+    return [[(m["id"], m["content"], m["score"]) for m in recaller.recall(user, q, now=NOW, state=state)]
+            for q in QUERIES]
+
+
+def test_cached_and_uncached_recall_agree(db, funnel):
+    for i, text in enumerate(STATEMENTS):
+        say(db, funnel, "alice", text, NOW - 86400 * i)
+    cached = Recaller(db, funnel, RecallConfig())
+    plain = Recaller(db, funnel, RecallConfig(), cache_memories=0)
+    assert answers(cached, "alice") == answers(plain, "alice")
+    assert answers(cached, "alice") == answers(plain, "alice")  # and again, from the cache
+    assert cached.cache.stats["hit"] >= len(QUERIES)
+    pending = {"job_key": "k", "user_id": "alice", "session_id": "s", "ts": NOW, "message_id": None,
+               "candidates": [c.as_dict() for c in funnel.process("I like jasmine tea").candidates]}
+    state = UserState([pending], [forget_marker("tennis", NOW)], set())
+    assert answers(cached, "alice", state) == answers(plain, "alice", state)
+    assert any("jasmine" in m[1] for m in answers(cached, "alice", state)[0])
+
+
+def test_a_write_is_seen_on_the_next_recall(db, funnel):
+    say(db, funnel, "alice", "I like green tea", NOW - 100)
+    recaller = Recaller(db, funnel, RecallConfig())
+    assert [m["content"] for m in recaller.recall("alice", "any tea tips?", now=NOW)] == ["likes green tea"]
+    say(db, funnel, "alice", "I like jasmine tea", NOW - 50)  # another connection writes
+    assert {m["content"] for m in recaller.recall("alice", "any tea tips?", now=NOW)} == {
+        "likes green tea", "likes jasmine tea"}
+    with Store(db) as store:
+        store.forget("alice", match="green tea", ts=NOW, reason="test")
+    assert [m["content"] for m in recaller.recall("alice", "any tea tips?", now=NOW)] == ["likes jasmine tea"]
+    with Store(db) as store:
+        store.forget("alice", ts=NOW, reason="test")
+    assert recaller.recall("alice", "any tea tips?", now=NOW) == []
+    say(db, funnel, "alice", "I like black tea", NOW + 1)  # versions never repeat, even after forget-all
+    assert [m["content"] for m in recaller.recall("alice", "any tea tips?", now=NOW)] == ["likes black tea"]
+
+
+def test_users_are_cached_apart_and_evicted_least_recent_first(funnel):
+    def entry(n):
+        return UserMemories.build(1, [{"content": f"likes thing {i}", "key": f"thing {i}", "type": "preference"}
+                                      for i in range(n)], funnel.topics.tag)
+
+    cache = MemoryCache(max_memories=10, max_user=6)
+    cache.put("a", entry(4))
+    cache.put("b", entry(4))
+    assert cache.get("a", 1) is not None  # a is now the most recent
+    cache.put("c", entry(4))  # 12 > 10: b goes
+    assert cache.get("b", 1) is None and cache.get("a", 1) is not None and cache.get("c", 1) is not None
+    cache.put("d", entry(7))  # more than max_user: not cached
+    assert cache.get("d", 1) is None
+    assert cache.get("a", 2) is None  # another version is a miss
