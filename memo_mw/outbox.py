@@ -23,6 +23,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +37,9 @@ def _redis_errors() -> tuple[type[BaseException], ...]:
     """What a lost or sick Redis raises through redis-py (and rq, which uses it)."""
     import redis
 
-    return (redis.ConnectionError, redis.TimeoutError, OSError)
+    # Any error from Redis, not only a lost connection: a server that refuses writes (MISCONF,
+    # OOM, READONLY, NOREPLICAS) must not lose the capture either.
+    return (redis.RedisError, OSError)
 
 
 class Outbox:
@@ -46,11 +49,16 @@ class Outbox:
         self.path = os.path.abspath(path)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._local = threading.local()
-        with self._connect() as conn:
-            conn.execute("create table if not exists outbox (id integer primary key autoincrement, "
-                         "func text not null, args text not null, job_id text, user_id text, "
-                         "created real not null)")
-            conn.execute("create index if not exists outbox_user on outbox (user_id)")
+        conn = self._connect()
+        conn.execute("create table if not exists outbox (id integer primary key autoincrement, "
+                     "func text not null, args text not null, job_id text, user_id text, "
+                     "created real not null)")
+        conn.execute("create index if not exists outbox_user on outbox (user_id)")
+        # One process drains at a time (jobs must reach Redis in order); a lease, so a drainer
+        # that died holds nobody up for long.
+        conn.execute("create table if not exists drain_lease (id integer primary key check (id = 1),"
+                     " holder text, until real)")
+        conn.execute("insert or ignore into drain_lease (id, holder, until) values (1, null, 0)")
 
     def _connect(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -107,25 +115,39 @@ class Outbox:
         """Fold the WAL back into the file: the old copies of deleted rows go with it."""
         self._connect().execute("pragma wal_checkpoint(truncate)")
 
-    def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50) -> int:
-        """Send the oldest rows, deleting each once sent; stop at the first failure (and raise it)."""
+    def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50,
+              lease: float = 30.0) -> int:
+        """Send the rows, oldest first, deleting each batch once sent; stop at the first failure
+        (and raise it). No write lock is held while sending: a request's put never waits on Redis.
+        Returns 0 at once when another process is draining."""
         conn = self._connect()
+        holder = f"{os.getpid()}-{threading.get_ident()}"
+        now = time.time()
+        if conn.execute("update drain_lease set holder = ?, until = ? where id = 1 and (holder is null"
+                        " or holder = ? or until < ?)", [holder, now + lease, holder, now]).rowcount == 0:
+            return 0
         sent = 0
-        while True:
-            conn.execute("begin immediate")  # claims the rows: another process's drain waits
-            try:
+        try:
+            while True:
                 rows = conn.execute("select id, func, args, job_id from outbox order by id limit ?",
                                     [batch]).fetchall()
-                for row_id, func, args, job_id in rows:
-                    send(func, json.loads(args), job_id)
-                    conn.execute("delete from outbox where id = ?", [row_id])
-                    sent += 1
-            finally:
-                conn.execute("commit")  # what was sent is gone, even when a send failed
-            if len(rows) < batch:
-                if sent:
-                    self._checkpoint()
-                return sent
+                done = []
+                try:
+                    for row_id, func, args, job_id in rows:
+                        send(func, json.loads(args), job_id)
+                        done.append(row_id)
+                finally:  # what was sent is gone, even when a send failed
+                    if done:
+                        conn.execute(f"delete from outbox where id in ({','.join('?' * len(done))})", done)
+                        sent += len(done)
+                    conn.execute("update drain_lease set until = ? where id = 1 and holder = ?",
+                                 [time.time() + lease, holder])
+                if len(rows) < batch:
+                    return sent
+        finally:
+            conn.execute("update drain_lease set holder = null where id = 1 and holder = ?", [holder])
+            if sent:
+                self._checkpoint()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -150,10 +172,10 @@ class ResilientBackend:
         self._thread: threading.Thread | None = None
         self._thread_pid: int | None = None
         self._start_lock = threading.Lock()
-        #: Jobs may be waiting in the outbox (this process wrote one, or found some at start).
+        #: Jobs wait in the outbox (written by any process using it; refreshed by the drain
+        #: thread every drain_interval). While they do, new jobs queue behind them, in order.
         self.spooled = bool(outbox.count())
-        if self.spooled:  # left by an earlier run (or another process): send it when we can
-            self._ensure_drainer()
+        self._ensure_drainer()  # every process drains, whoever spooled: rows are never stranded
 
     @property
     def queue(self):
@@ -173,12 +195,14 @@ class ResilientBackend:
         return result
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
-        sent = self.call(lambda: self.backend.enqueue(func, args, job_id=job_id), fallback=_SKIPPED)
-        if sent is not _SKIPPED:
-            return sent
+        self._ensure_drainer()
+        if not self.spooled:  # older jobs waiting in the outbox go first: this one queues behind them
+            sent = self.call(lambda: self.backend.enqueue(func, args, job_id=job_id), fallback=_SKIPPED)
+            if sent is not _SKIPPED:
+                return sent
         self.outbox.put(func, args, job_id, _user_of(func, args))
         self.spooled = True
-        self._ensure_drainer()
+        self._wake.set()
         return True
 
     def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
@@ -188,7 +212,7 @@ class ResilientBackend:
     def forget_spooled(self, user_id: str, forget: dict[str, Any]) -> int:
         """Apply a forget request (a :func:`~memo_mw.userstate.forget_marker`) to the outbox now,
         so what it names is gone from the local file too, not only once its job runs."""
-        return self.outbox.forget(user_id, forget) if self.spooled else 0
+        return self.outbox.forget(user_id, forget)  # whoever spooled them: another process may have
 
     def drain(self) -> int:
         """Send what the outbox holds, now; the number sent (0 when Redis is still down)."""
@@ -218,23 +242,14 @@ class ResilientBackend:
     def _ensure_drainer(self) -> None:
         """A drain thread in this process (again after a fork: threads do not survive one)."""
         if self._thread is not None and self._thread_pid == os.getpid() and self._thread.is_alive():
-            self._wake.set()
             return
         with self._start_lock:
             if self._thread is None or self._thread_pid != os.getpid() or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._drain_loop, name="memo-mw-outbox", daemon=True)
+                # The thread holds the backend weakly: it ends when the backend is dropped or closed.
+                self._thread = threading.Thread(target=_drain_loop, args=(weakref.ref(self),),
+                                                name="memo-mw-outbox", daemon=True)
                 self._thread_pid = os.getpid()
                 self._thread.start()
-
-    def _drain_loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.drain_interval)
-            self._wake.clear()
-            try:
-                if self.outbox.count():
-                    self.drain()
-            except Exception:  # never let the thread die: the next round tries again
-                log.exception("memo-mw: outbox drain failed")
 
     def close(self) -> None:
         self._stop.set()
@@ -246,6 +261,27 @@ class ResilientBackend:
 
 
 _SKIPPED = object()
+
+
+def _drain_loop(ref: weakref.ref) -> None:
+    while True:
+        backend = ref()
+        if backend is None or backend._stop.is_set() or not os.path.isdir(os.path.dirname(backend.outbox.path)):
+            return
+        wake, interval = backend._wake, backend.drain_interval
+        del backend  # not held while waiting
+        wake.wait(interval)
+        wake.clear()
+        backend = ref()
+        if backend is None or backend._stop.is_set():
+            return
+        try:
+            backend.spooled = bool(backend.outbox.count())
+            if backend.spooled:
+                backend.drain()
+        except Exception:  # never let the thread die: the next round tries again
+            log.exception("memo-mw: outbox drain failed")
+        del backend
 
 
 def _user_of(func: str, args: list[Any]) -> str | None:
@@ -263,6 +299,7 @@ class _GuardedState:
 
     def read(self, user_id: str) -> UserState:
         inner = self._backend.backend.state
+        self._backend._ensure_drainer()
         state = self._backend.call(inner.read, user_id, fallback=None)
         if state is not None and not self._backend.spooled:
             return state  # the usual case: Redis answered and nothing waits in the outbox

@@ -281,3 +281,52 @@ def test_forget_me_on_the_memories_api_reaches_the_outbox(db, redis_server, redi
     assert middleware.queue.outbox.user_rows("alice") == []
     assert b"zanzibarian" not in outbox_text(middleware)  # deleted for real (secure_delete)
     middleware.queue.close()
+
+
+def test_processes_sharing_an_outbox_forget_and_send_each_others_rows(db, redis_server, redis_url):
+    """Two web processes on one database (two middlewares here): the rows one spooled are
+    forgotten by a request the other serves, and sent by the other when the first is gone."""
+    redis_server.stop()
+    app_a, a = wrap(db, redis_url)
+    app_b, b = wrap(db, redis_url)
+    say(app_a.test_client(), "alice", "I like kalimba. I like oolong.")
+    say(app_a.test_client(), "bob", "I like sitar")
+    say(app_b.test_client(), "alice", "forget that I like kalimba")  # served by b, not a
+    rows = [args[1]["candidates"] for func, args in b.queue.outbox.user_rows("alice") if func == REMEMBER]
+    assert [[c["content"] for c in cands] for cands in rows] == [["likes oolong"]]
+    a.queue.close()  # a's process ends before Redis is back
+    redis_server.start()
+    assert wait_until(lambda: b.queue.outbox.count() == 0), "b did not send a's rows"
+    drain(redis_url)
+    assert stored(db) == [("alice", "likes oolong"), ("bob", "likes sitar")]
+    b.queue.close()
+
+
+def test_a_redis_that_refuses_writes_loses_nothing(db, redis_url):
+    admin = redis.Redis.from_url(redis_url)
+    admin.config_set("min-replicas-to-write", 1)  # every write is refused: NOREPLICAS
+    try:
+        app, middleware = wrap(db, redis_url)
+        say(app.test_client(), "alice", "I like kalimba")
+        assert middleware.queue.outbox.count() == 1
+    finally:
+        admin.config_set("min-replicas-to-write", 0)
+        admin.close()
+    assert wait_until(lambda: middleware.queue.outbox.count() == 0)
+    drain(redis_url)
+    assert stored(db) == [("alice", "likes kalimba")]
+    middleware.queue.close()
+
+
+def test_after_an_outage_new_jobs_queue_behind_the_spooled_ones(db, redis_server, redis_url):
+    redis_server.stop()
+    app, middleware = wrap(db, redis_url)
+    client = app.test_client()
+    client.post("/chat", json={"message": "I live in Berlin", "ts": 1_700_000_000}, headers={"X-User-Id": "alice"})
+    redis_server.start()
+    # Redis is back, the outbox not yet sent: the newer statement must not overtake the older.
+    client.post("/chat", json={"message": "I live in Paris", "ts": 1_700_000_100}, headers={"X-User-Id": "alice"})
+    assert wait_until(lambda: middleware.queue.outbox.count() == 0)
+    drain(redis_url)
+    assert stored(db) == [("alice", "lives in Paris")]
+    middleware.queue.close()
