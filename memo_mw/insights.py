@@ -204,14 +204,13 @@ def run(store: Store, user_id: str, *, now: float) -> list[dict[str, Any]]:
         rows = [r for r in counters.rows(store, user_id) if r["week"] >= start]
         memories = [m for m in store.memories(user_id)
                     if counters.week_of(m.get("source_ts") or m.get("created_at") or 0) >= start]
-        lines = build(rows, memories)
+        lines = [{**line, "created_at": int(now)} for line in build(rows, memories)]
         store.db.execute("delete from topic_counts where user_id = ? and week < ?", [user_id, start])
         store.db.execute("delete from insights where user_id = ?", [user_id])
         for line in lines:
-            values = {**line, "created_at": int(now)}
             store.db.execute(
                 f"insert into insights (user_id, {', '.join(_COLUMNS)}) values (?, {', '.join('?' * len(_COLUMNS))})",
-                [user_id, *(values[c] for c in _COLUMNS)])
+                [user_id, *(line[c] for c in _COLUMNS)])
     return lines
 
 
