@@ -87,6 +87,11 @@ WORKER_MAINTENANCE_INTERVAL = 60
 #: inspection. A forget request removes the user's failed jobs at once.
 JOB_FAILURE_TTL = 7 * 86400
 
+#: Days a "forget that ..." request is remembered (as hashed tokens) so that no job still
+#: waiting somewhere can store what it names again: longer than any job waits (failed jobs are
+#: kept JOB_FAILURE_TTL, retries take minutes).
+FORGET_MARKER_DAYS = 8
+
 #: SQLite busy timeout (milliseconds): writers wait for each other instead of failing.
 SQLITE_BUSY_TIMEOUT_MS = 5000
 

@@ -26,7 +26,7 @@ from . import defaults
 from .exceptions import StoreError
 from .index import memory_terms
 from .text import normalize, tokens
-from .userstate import MATCH_SHARE
+from .userstate import MATCH_SHARE, forget_marker, without_forgotten
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,13 @@ class Store:
                                          [payload["user_id"]]).fetchone()[0]
             if forgot_all is not None and forgot_all >= int(payload["ts"]):
                 return ["discarded"] * len(payload.get("candidates", []))
-            outcomes = [self._remember_one(payload, c) for c in payload.get("candidates", [])]
+            # ... and what a later "forget that ..." names, likewise.
+            markers = [{"tokens": json.loads(t), "ts": at} for t, at in self.db.execute(
+                "select tokens, at from forget_markers where user_id = ? and at >= ?",
+                [payload["user_id"], int(payload["ts"])])]
+            candidates = without_forgotten(payload, markers)["candidates"] if markers else payload.get("candidates", [])
+            outcomes = [self._remember_one(payload, c) for c in candidates]
+            outcomes += ["discarded"] * (len(payload.get("candidates", [])) - len(candidates))
             if job_key:
                 self.db.execute("insert into processed_jobs (job_key, processed_at) values (?, ?)",
                                 [job_key, int(payload["ts"])])
@@ -377,9 +383,12 @@ class Store:
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str) -> int:
         """Physically delete the user's memories (all, or those matching ``match``); audit the count."""
         with self.write():
-            rows = self.memories(user_id, include_inactive=True)
+            # What was said after the request is not what it asked to forget (a late or retried job).
+            rows = [r for r in self.memories(user_id, include_inactive=True)
+                    if (r["source_ts"] or r["created_at"] or 0) <= ts]
             if match is not None:
                 rows = [r for r in rows if matches(r, match)]
+                self.mark_forgotten(user_id, match, ts)
             count = self._delete(user_id, [r["id"] for r in rows], ts=ts,
                                  action="forget_all" if match is None else "forget_match", reason=reason)
             # Forget me: the profile made from the user's messages goes too (memo_mw.insights).
@@ -387,6 +396,17 @@ class Store:
                 f"delete from {table} where user_id = ?", [user_id]).rowcount for table in ("insights", "topic_counts"))
         self._checkpoint(count + profile)
         return count
+
+    def mark_forgotten(self, user_id: str, match: str, ts: int) -> None:
+        """Record "forget that <match>" (hashed words and time) so no waiting job stores it again.
+
+        Call inside a write transaction. Markers older than FORGET_MARKER_DAYS go at the same time.
+        """
+        marker = forget_marker(match, ts)
+        if marker["tokens"]:
+            self.db.execute("delete from forget_markers where at < ?", [int(ts) - defaults.FORGET_MARKER_DAYS * 86400])
+            self.db.execute("insert into forget_markers (user_id, tokens, at) values (?, ?, ?)",
+                            [user_id, json.dumps(marker["tokens"]), int(ts)])
 
     def delete_where(self, user_id: str, where: str, args: list, *, ts: int, action: str, reason: str) -> int:
         """Physically delete the user's memories matching an SQL condition; audit the count.
@@ -450,3 +470,13 @@ def m005_insights(db: sqlite_utils.Database) -> None:
          "first_seen": str, "last_seen": str, "confidence": str, "language": str, "created_at": int},
         pk="id", not_null={"user_id", "rank", "topic", "text", "count", "confidence", "created_at"})
     db["insights"].create_index(["user_id", "rank"])
+
+
+@migrations()
+def m006_forget_markers(db: sqlite_utils.Database) -> None:
+    # "Forget that ...": the request's marker (hashed tokens, never the words, see
+    # memo_mw.userstate.forget_marker) and its time, so a job that was waiting anywhere (in Redis,
+    # in an outbox, in a retry) when the user asked cannot store it again. Kept as long as a job
+    # can wait (FORGET_MARKER_DAYS). "Forget everything" is the audit row of action forget_all.
+    db.execute("create table forget_markers (user_id text not null, tokens text not null, at integer not null)")
+    db.execute("create index forget_markers_user on forget_markers (user_id, at)")

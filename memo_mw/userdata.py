@@ -127,6 +127,8 @@ def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str) 
         if row is None:
             return None
         store._delete(user_id, [memory_id], ts=ts, action="delete", reason=reason)
+        # A statement of it still waiting in a queue (Redis down, a retry) must not bring it back.
+        store.mark_forgotten(user_id, row["content"], ts)
     store._checkpoint(1)
     return row
 

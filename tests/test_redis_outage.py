@@ -43,10 +43,22 @@ def chat_app() -> Flask:
     return app
 
 
+OPENED = []
+
+
+@pytest.fixture(autouse=True)
+def close_middlewares():
+    """Each test's outbox threads end with it, pass or fail: none may send into the next test's Redis."""
+    yield
+    while OPENED:
+        OPENED.pop().queue.close()
+
+
 def wrap(db, redis_url, **options):
     app = chat_app()
     middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, **options)
     app.wsgi_app = middleware
+    OPENED.append(middleware)
     return app, middleware
 
 
@@ -123,7 +135,8 @@ def test_a_job_sent_twice_is_stored_once(db, redis_url):
             super().enqueue(func, args, job_id=job_id)
             raise redis.TimeoutError("reply lost")
 
-    backend = ResilientBackend(TimesOutAfterSending(redis_url), Outbox(db + ".outbox"))
+    # No drain thread rounds here (an hour apart): the test sends the outbox itself.
+    backend = ResilientBackend(TimesOutAfterSending(redis_url), Outbox(db + ".outbox"), drain_interval=3600)
     app, middleware = wrap(db, redis_url, backend=backend)
     say(app.test_client(), "alice", "I like kalimba")
     assert backend.outbox.count() == 1
@@ -330,3 +343,47 @@ def test_after_an_outage_new_jobs_queue_behind_the_spooled_ones(db, redis_server
     drain(redis_url)
     assert stored(db) == [("alice", "lives in Paris")]
     middleware.queue.close()
+
+
+def test_a_memory_deleted_while_redis_is_down_does_not_come_back(db, redis_server, redis_url):
+    """A restatement waits in Redis; Redis goes down; the user deletes the memory on the page
+    (the queue cannot be reached); Redis comes back and the job runs: it stores nothing."""
+    from memo_mw.admin import blueprint_for
+
+    app, middleware = wrap(db, redis_url, clock=lambda: 1_700_000_100.0)
+    app.register_blueprint(blueprint_for(middleware))
+    client = app.test_client()
+    client.post("/chat", json={"message": "I like kalimba", "ts": 1_700_000_000}, headers={"X-User-Id": "alice"})
+    drain(redis_url)
+    client.post("/chat", json={"message": "I like kalimba", "ts": 1_700_000_050}, headers={"X-User-Id": "alice"})
+    with Store(db) as store:
+        (memory,) = store.memories("alice")
+    redis_server.stop()  # the restatement's job waits in Redis (persisted across the restart below)
+    headers = {"X-User-Id": "alice", "X-Requested-With": "fetch"}
+    response = client.delete(f"/memo/api/memories/{memory['id']}", headers=headers)
+    assert response.status_code == 200 and response.json["queue_reached"] is False
+    middleware.queue.close()
+    assert stored(db) == []
+    # The job that was waiting runs now (as it would once Redis is back with its data).
+    from memo_mw import jobs
+
+    payload = {"job_key": "k2", "user_id": "alice", "session_id": "s", "ts": 1_700_000_050, "message_id": None,
+               "candidates": [c.as_dict() for c in middleware.funnel.process("I like kalimba").candidates]}
+    redis_server.start()
+    assert jobs.remember(db, payload) == ["discarded"]
+    assert stored(db) == []
+
+
+def test_a_late_forget_leaves_what_was_said_after_it(db):
+    from memo_mw import jobs
+    from memo_mw.funnel import Funnel
+    from memo_mw.rules import load_rules
+
+    funnel = Funnel(load_rules(None))
+    for ts, text in ((100, "I like kalimba"), (300, "I like kalimba music too")):
+        result = funnel.process(text)
+        with Store(db) as store:
+            store.remember({"job_key": f"k{ts}", "user_id": "alice", "session_id": "s", "ts": ts, "message_id": None,
+                            "candidates": [c.as_dict() for c in result.candidates]})
+    jobs.forget(db, "alice", "kalimba", 200, "user request")  # asked at 200, run late
+    assert stored(db) == [("alice", "likes kalimba music")]
