@@ -76,7 +76,11 @@ PROMPTS = {
 _USER_TEMPLATES = {"en": "Sentence: {source}\nNote: {summary}", "zh": "原句：{source}\n记忆：{summary}"}
 
 _HAN = regex.compile(r"\p{Han}")
-_WORD = regex.compile(r"[\p{Latin}\p{N}]+(?:['’][\p{Latin}]+)?")
+# Words of every script but the ones read character by character (_CJK): Cyrillic, Greek,
+# Arabic, Thai ... words are checked against the sentence like Latin ones.
+_WORD = regex.compile(r"(?:(?![\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}])[\p{L}\p{M}\p{N}])+"
+                      r"(?:['’](?:(?![\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}])\p{L})+)?")
+_SYMBOL = regex.compile(r"\p{S}")
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
 _THINK = regex.compile(r"^\s*<think>.*?</think>", regex.DOTALL)
 _QUOTES = "\"'`“”‘’「」『』"
@@ -139,6 +143,9 @@ def validate(line: str, summary: str, source: str) -> str:
     for word in _words(line):
         if word not in said_words and stem(word) not in said_stems and word not in LATIN_FUNCTION_WORDS:
             raise CompressorError("a word that is not in the sentence")
+    said_symbols = set(_SYMBOL.findall(nfkc(said)))
+    if any(c not in said_symbols for c in _SYMBOL.findall(nfkc(line))):
+        raise CompressorError("a symbol that is not in the sentence")
     said_chars = set(_CJK.findall(nfkc(said)))
     if any(c not in said_chars and c not in CJK_FUNCTION_CHARS for c in _CJK.findall(nfkc(line))):
         raise CompressorError("a character that is not in the sentence")

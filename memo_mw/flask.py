@@ -37,11 +37,14 @@ to leave them out.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 from . import defaults
 from .middleware import GetUser, MemoryMiddleware
+
+log = logging.getLogger(__name__)
 
 
 class Memo:
@@ -94,6 +97,10 @@ class Memo:
         if config["MEMO_ADMIN"]:
             from .admin import blueprint_for
 
+            if self.get_user is None:
+                log.warning("memo-mw: the memories page and API at %s take the user from the %s header: make "
+                            "sure only your proxy sets it, or pass get_user, or set MEMO_ADMIN = False",
+                            config["MEMO_ADMIN_PREFIX"], config["MEMO_USER_HEADER"])
             blueprint = blueprint_for(middleware, url_prefix=config["MEMO_ADMIN_PREFIX"],
                                       admin_token=config["MEMO_ADMIN_TOKEN"])
             app.register_blueprint(blueprint)

@@ -47,6 +47,7 @@ from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
 from .rules import RuleSet, load_rules
+from .text import stable_id
 from .store import check_writable
 from .userstate import EMPTY, UserState, forget_marker, without_forgotten
 
@@ -222,7 +223,7 @@ class MemoryMiddleware:
         try:
             # Strict UTF-8 (json.loads would also take UTF-16/32, a BOM and encoded surrogates)
             # and strict JSON (no NaN or Infinity, which could not be re-encoded as valid JSON).
-            body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+            body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
         except ValueError:
             return None
         turn = read_turn(body)
@@ -285,7 +286,9 @@ class MemoryMiddleware:
         if result is None:
             return new_raw
         if result.stage == "forget":
-            self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request"])
+            # A job id, so a retried request does not queue the same forget twice.
+            self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request"],
+                          job_id="memo-forget-" + stable_id(user_id, result.forget_match or "", int(ts)))
         if result.candidates:
             # Without a message id or time from the client, a retry within the same minute
             # carries the same job id and is not queued twice.
@@ -337,3 +340,12 @@ class MemoryMiddleware:
 
 def _reject_constant(name: str) -> None:
     raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; one too large for a float (1e400) is refused, as it could
+    only be written back as Infinity, which is not JSON."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number out of range: {text}")
+    return value

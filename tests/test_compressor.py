@@ -321,3 +321,13 @@ def test_the_worker_stores_the_polished_line(model, redis_url, db, monkeypatch):
         middleware.queue.close()
     queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
     assert queue.failed_job_registry.count == 0
+
+
+@pytest.mark.parametrize("line", ["likes jazz Москва", "likes jazz ดนตรี", "likes jazz ☠", "likes jazz ©",
+                                  "likes jazz μουσική"])
+def test_words_and_symbols_of_any_script_must_come_from_the_sentence(line):
+    from memo_mw.compressor import CompressorError, validate
+
+    with pytest.raises(CompressorError):
+        validate(line, "likes jazz", "I like jazz")
+    assert validate(line, "likes jazz", f"I like jazz ({line.split()[-1]})") == line

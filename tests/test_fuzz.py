@@ -255,3 +255,11 @@ def test_the_response_is_closed_when_the_app_raises_after_the_middleware_rewrote
     with pytest.raises(RuntimeError, match="the app's own bug"):  # the app's error, not one of ours
         mw(environ, lambda *a: None)
     mw.queue.close()
+
+
+def test_a_number_too_large_for_a_float_is_passed_through_not_rewritten_as_infinity(middleware):
+    mw, app = middleware
+    body = b'{"message": "any green tea tips?", "temperature": 1e400}'
+    environ = environ_for(body, user="alice")
+    assert check(mw, app, environ) == "unchanged"
+    assert b"Infinity" not in app.seen[0]
