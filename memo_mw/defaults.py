@@ -75,6 +75,15 @@ REDIS_TIMEOUT = 0.5
 #: then one request tries again. Jobs made meanwhile wait in the outbox file.
 REDIS_COOLDOWN = 5.0
 
+#: Seconds a user's state (pending memories, forget requests) read from Redis is used from the
+#: web process's copy at most; changes drop the copy at once (memo_mw.statecache), this bounds
+#: anything else.
+STATE_CACHE_MAX_AGE = 30.0
+
+#: Seconds between sends of what requests only count (recall counts, topic counts): off the
+#: request path, in one round trip; a process that dies loses at most this much of them.
+COUNTS_SEND_INTERVAL = 1.0
+
 #: Seconds between the outbox thread's attempts to send waiting jobs to Redis.
 OUTBOX_DRAIN_INTERVAL = 1.0
 

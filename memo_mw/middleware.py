@@ -295,14 +295,13 @@ class MemoryMiddleware:
             time_key = turn.ts if turn.ts is not None else (turn.message_id or int(now // 60))
             payload = remember_payload(result, user_id=user_id, session_id=turn.session_id, ts=ts,
                                        message_id=turn.message_id, time_key=time_key)
-            # Pending before the enqueue, so the job's drop always comes after.
-            self._state_call("put_pending", user_id, payload)
-            self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"])
+            # Pending with the enqueue (one round trip), so the job's drop always comes after.
+            self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=payload)
         return new_raw
 
-    def _enqueue(self, func: str, args: list, *, job_id: str | None = None) -> None:
+    def _enqueue(self, func: str, args: list, *, job_id: str | None = None, pending: dict | None = None) -> None:
         try:
-            self.queue.enqueue(func, args, job_id=job_id)
+            self.queue.enqueue(func, args, job_id=job_id, **({"pending": pending} if pending is not None else {}))
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
 

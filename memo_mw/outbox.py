@@ -194,10 +194,12 @@ class ResilientBackend:
         self.breaker.success()
         return result
 
-    def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None) -> bool:
+    def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None,
+                pending: dict[str, Any] | None = None) -> bool:
         self._ensure_drainer()
         if not self.spooled:  # older jobs waiting in the outbox go first: this one queues behind them
-            sent = self.call(lambda: self.backend.enqueue(func, args, job_id=job_id), fallback=_SKIPPED)
+            sent = self.call(lambda: self.backend.enqueue(func, args, job_id=job_id, pending=pending),
+                             fallback=_SKIPPED)
             if sent is not _SKIPPED:
                 return sent
         self.outbox.put(func, args, job_id, _user_of(func, args))
@@ -208,6 +210,9 @@ class ResilientBackend:
     def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
         # Recall counts only nudge a ranking: while Redis is down they are dropped, not spooled.
         self.call(self.backend.touch, db, user_id, ids, ts)
+
+    def flush(self) -> None:
+        self.call(self.backend.flush)
 
     def forget_spooled(self, user_id: str, forget: dict[str, Any]) -> int:
         """Apply a forget request (a :func:`~memo_mw.userstate.forget_marker`) to the outbox now,
@@ -234,10 +239,8 @@ class ResilientBackend:
     def _send(self, func: str, args: list[Any], job_id: str | None) -> None:
         from .queue import REMEMBER
 
-        if func == REMEMBER:  # pending again, as at the request, until its job stores it
-            payload = args[1]
-            self.backend.state.put_pending(payload["user_id"], payload)
-        self.backend.enqueue(func, args, job_id=job_id)
+        # A remember job is pending again, as at the request, until it has stored its memory.
+        self.backend.enqueue(func, args, job_id=job_id, pending=args[1] if func == REMEMBER else None)
 
     def _ensure_drainer(self) -> None:
         """A drain thread in this process (again after a fork: threads do not survive one)."""

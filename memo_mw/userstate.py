@@ -21,6 +21,7 @@ is a dictionary in the process.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -94,6 +95,21 @@ class RedisUserState:
     def _key(self, kind: str, user_id: str) -> str:
         return f"memo:{kind}:{self.namespace}:{user_id}"
 
+    @property
+    def channel(self) -> str:
+        """Where every write publishes the user id (memo_mw.statecache drops its copy)."""
+        return f"memo:changed:{self.namespace}"
+
+    def flush_noted(self) -> None:
+        """Send every noted topic count now, in one round trip (the web process's sender does)."""
+        with self._noted_lock:
+            noted, self._noted = self._noted, {}
+        if noted:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for user_id, counts in noted.items():
+                    counters.redis_increments(pipe, self.namespace, user_id, counts)
+                pipe.execute()
+
     def note_topics(self, db: str, user_id: str, week: str, names: list[str]) -> None:
         """Count a message's topics (memo_mw.counters.count_keys) in ``week``: no I/O here, the
         increments go with the next :meth:`read` of the user's state, in its round trip."""
@@ -119,41 +135,46 @@ class RedisUserState:
         return UserState([json.loads(p) for p in pending], [json.loads(f) for f in forgets],
                          {int(i) for i in shown})
 
-    def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
-        """Add or replace a pending payload; one with no candidates left is dropped."""
+    def put_pending(self, user_id: str, payload: dict[str, Any], *, pipe: Any = None) -> None:
+        """Add or replace a pending payload; one with no candidates left is dropped. With ``pipe``,
+        the commands are only queued on it (the caller sends them with its own)."""
         key = self._key("pending", user_id)
-        if not payload.get("candidates"):
-            self.connection.hdel(key, payload["job_key"])
-            return
-        with self.connection.pipeline() as pipe:
-            pipe.hset(key, payload["job_key"], json.dumps(payload))
-            pipe.expire(key, defaults.PENDING_TTL)
-            pipe.execute()
+        with _pipeline(self.connection, pipe) as p:
+            if payload.get("candidates"):
+                p.hset(key, payload["job_key"], json.dumps(payload))
+                p.expire(key, defaults.PENDING_TTL)
+            else:
+                p.hdel(key, payload["job_key"])
+            p.publish(self.channel, user_id)
 
     def drop_pending(self, user_id: str, job_key: str) -> None:
-        self.connection.hdel(self._key("pending", user_id), job_key)
+        with _pipeline(self.connection) as p:
+            p.hdel(self._key("pending", user_id), job_key)
+            p.publish(self.channel, user_id)
 
     def add_forget(self, user_id: str, forget: dict[str, Any]) -> None:
         key = self._key("forgets", user_id)
-        with self.connection.pipeline() as pipe:
-            pipe.hset(key, json.dumps(forget, sort_keys=True), json.dumps(forget))
-            pipe.expire(key, defaults.PENDING_TTL)
-            pipe.execute()
+        with _pipeline(self.connection) as p:
+            p.hset(key, json.dumps(forget, sort_keys=True), json.dumps(forget))
+            p.expire(key, defaults.PENDING_TTL)
+            p.publish(self.channel, user_id)
 
     def add_shown(self, user_id: str, ids: list[int]) -> None:
         key = self._key("shown", user_id)
-        with self.connection.pipeline() as pipe:
-            pipe.sadd(key, *ids)
-            pipe.expire(key, defaults.PENDING_TTL)
-            pipe.execute()
+        with _pipeline(self.connection) as p:
+            p.sadd(key, *ids)
+            p.expire(key, defaults.PENDING_TTL)
+            p.publish(self.channel, user_id)
 
 
-    def add_touches(self, user_id: str, ids: list[int], ts: float) -> None:
-        """Count a recall of these memories, to be applied by one ``flush_touches`` job."""
+    def add_touches(self, user_id: str, ids: list[int] | dict[int, int], ts: float) -> None:
+        """Count recalls of these memories (once each, or ``{id: times}``), to be applied by one
+        ``flush_touches`` job."""
         key = self._key("touches", user_id)
+        counts = ids if isinstance(ids, dict) else {i: 1 for i in ids}
         with self.connection.pipeline() as pipe:
-            for memory_id in ids:
-                pipe.hincrby(key, str(memory_id), 1)
+            for memory_id, n in counts.items():
+                pipe.hincrby(key, str(memory_id), n)
             pipe.hset(key, "@ts", int(ts))
             pipe.expire(key, defaults.TOUCHES_TTL)
             pipe.execute()
@@ -167,6 +188,17 @@ class RedisUserState:
             counted, _ = pipe.execute()
         ts = counted.pop(b"@ts", None)
         return {int(k): int(v) for k, v in counted.items()}, int(ts) if ts is not None else None
+
+
+@contextlib.contextmanager
+def _pipeline(connection: Any, pipe: Any = None):
+    """The caller's pipeline as is, or a new transaction (MULTI/EXEC) sent on leaving the block."""
+    if pipe is not None:
+        yield pipe
+        return
+    with connection.pipeline() as own:
+        yield own
+        own.execute()
 
 
 class LocalUserState:

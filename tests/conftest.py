@@ -55,6 +55,15 @@ class RedisServer:
             self.process = None
 
 
+@pytest.fixture(autouse=True)
+def counts_sent_when_asked(monkeypatch):
+    """Recall and topic counts are sent by a thread every second in production; a test sends
+    them when it means to (``backend.flush()``), so a drain never races with a send."""
+    from memo_mw import defaults
+
+    monkeypatch.setattr(defaults, "COUNTS_SEND_INTERVAL", 3600.0)
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     if not os.path.exists(REDIS_BINARY):

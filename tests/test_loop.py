@@ -81,8 +81,10 @@ def test_captured_then_recalled_through_rq(redis_url, db, path, shape, statement
     else:
         assert prompt.endswith("\n\n" + question)
 
-    # The recall was counted by a job, not by a write in the request.
+    # The recall was counted by a job, not by a write in the request (its count is sent
+    # within a second, off the request path; flush() sends it now).
     assert Store(db).memories("alice")[0]["hits"] == 0
+    app.wsgi_app.queue.flush()
     assert drain(redis_url) == 1
     assert Store(db).memories("alice")[0]["hits"] == 1
 
@@ -263,6 +265,7 @@ def test_recalls_are_counted_in_batches(redis_url, db):
     drain(redis_url)
     for question in ("any jazz albums?", "jazz tonight?", "推荐一款乌龙茶", "more jazz please"):
         client.post("/chat", **plain(question))
+    app.wsgi_app.queue.flush()  # what the sender thread does within a second
     queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
     assert [job.func_name for job in queue.jobs] == ["memo_mw.jobs.flush_touches"]  # one job for four recalls
     assert drain(redis_url) == 1

@@ -64,7 +64,7 @@ class RecordingBackend:
     def __init__(self):
         self.jobs = []
 
-    def enqueue(self, func, args, *, job_id=None):
+    def enqueue(self, func, args, *, job_id=None, pending=None):
         self.jobs.append((func, args, job_id))
         return True
 
@@ -90,7 +90,7 @@ class RecordingBackend:
 class RaisingBackend:
     """Stand-in for a queue backend that is broken in a way no real backend reports politely."""
 
-    def enqueue(self, func, args, *, job_id=None):
+    def enqueue(self, func, args, *, job_id=None, pending=None):
         raise RuntimeError("queue backend exploded")
 
     add_pending = pending = drop_pending = touch = enqueue
@@ -577,11 +577,12 @@ def test_real_queue_backend_unreachable(db, rules, caplog):
     remember(db, "alice", "likes green tea", "green tea")
     app = RecordingApp()
     backend = RQBackend(f"redis://127.0.0.1:{free_port()}/0")
+    backend.state.send_interval = 3600  # no sender rounds during the test
     middleware = make(db, rules, app, backend=backend)
     assert run(middleware, environ_for(plain(QUESTION + " " + CAPTURED))) == b"app-response"
     received = json.loads(app.last["body"])  # the memories still reach the app
     assert received["message"].startswith(BLOCK_BEGIN) and app.last["length"] == str(len(app.last["body"]))
-    assert caplog.text.count("could not count a recall") == 1  # the touch
+    assert "could not count a recall" not in caplog.text  # counted in memory, sent off the request path
     assert caplog.text.count("could not enqueue") == 1  # the remember job
 
 

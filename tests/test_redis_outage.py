@@ -131,8 +131,8 @@ def test_a_job_sent_twice_is_stored_once(db, redis_url):
     the job id and the store's processed_jobs make the second copy a no-op."""
 
     class TimesOutAfterSending(RQBackend):  # a fault injector around the real backend
-        def enqueue(self, func, args, *, job_id=None):
-            super().enqueue(func, args, job_id=job_id)
+        def enqueue(self, func, args, *, job_id=None, pending=None):
+            super().enqueue(func, args, job_id=job_id, pending=pending)
             raise redis.TimeoutError("reply lost")
 
     # No drain thread rounds here (an hour apart): the test sends the outbox itself.

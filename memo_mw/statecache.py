@@ -1,0 +1,193 @@
+"""The users' short-lived state (memo_mw.userstate) kept in the web process, so a request makes no
+Redis round trip unless it has something to write.
+
+Every write to a user's state (by any process: web, worker, CLI) publishes the user id on the
+channel ``memo:changed:<queue>`` in the same pipeline as the write (RedisUserState does it). A
+thread here listens to that channel and drops the user's cached state; the next read fetches it.
+Redis 7.4's client-side caching would do the same, for one command at a time; this works on any
+Redis and for the three keys of a user at once.
+
+- While the listener is not subscribed (start-up, a lost connection), nothing is served from the
+  cache: a missed message can never leave a stale state in use. On reconnecting it starts empty.
+- A read that raced with a change (the message arrived while the read was in flight) is not kept.
+- An entry is also refreshed after ``max_age`` seconds, a bound for anything else.
+
+The same thread's neighbour, the sender, sends what requests only count (topic counts, recall
+counts) every ``send_interval`` seconds in one pipeline, off the request path. Counts only rank and
+summarise: a process that dies loses at most one interval of them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+from . import defaults
+from .userstate import RedisUserState, UserState
+
+log = logging.getLogger(__name__)
+
+
+class CachedUserState:
+    """A :class:`~memo_mw.userstate.RedisUserState` with reads served from this process when unchanged."""
+
+    def __init__(self, inner: RedisUserState, *, max_users: int = 10_000, max_age: float | None = None,
+                 send_interval: float | None = None, on_send: Any = None):
+        self.inner = inner
+        self.max_users = max_users
+        self.max_age = defaults.STATE_CACHE_MAX_AGE if max_age is None else max_age
+        self.send_interval = defaults.COUNTS_SEND_INTERVAL if send_interval is None else send_interval
+        self._on_send = on_send  # called by the sender thread each round (the backend's touches)
+        self._cache: collections.OrderedDict[str, tuple[UserState, float]] = collections.OrderedDict()
+        self._generation: dict[str, int] = collections.defaultdict(int)
+        self._lock = threading.Lock()
+        self.listening = False
+        self.stats = collections.Counter()
+        self._stop = threading.Event()
+        self._threads_pid: int | None = None
+        self._start_lock = threading.Lock()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read(self, user_id: str) -> UserState:
+        listening = self.listening and self._threads_pid == os.getpid()
+        with self._lock:
+            if listening:
+                hit = self._cache.get(user_id)
+                if hit is not None and time.monotonic() - hit[1] < self.max_age:
+                    self._cache.move_to_end(user_id)
+                    self.stats["hit"] += 1
+                    return hit[0]
+            generation = self._generation[user_id]
+        self.stats["miss"] += 1
+        state = self.inner.read(user_id)
+        self._ensure_threads()  # once Redis has answered: a listener for a Redis that is not there waits
+        if listening and self.listening:
+            with self._lock:
+                if self._generation[user_id] == generation:  # nothing changed while we read
+                    self._cache[user_id] = (state, time.monotonic())
+                    self._cache.move_to_end(user_id)
+                    while len(self._cache) > self.max_users:
+                        evicted, _ = self._cache.popitem(last=False)
+                        self._generation.pop(evicted, None)
+        return state
+
+    def invalidate(self, user_id: str) -> None:
+        with self._lock:
+            self._generation[user_id] += 1
+            self._cache.pop(user_id, None)
+
+    # -- writes: through to Redis (which publishes), and dropped here at once ---------------
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+        if name in ("put_pending", "drop_pending", "add_forget", "add_shown"):
+            def write(user_id: str, *args: Any) -> Any:
+                self.invalidate(user_id)  # our own write is seen by our next read, message or not
+                try:
+                    return method(user_id, *args)
+                finally:
+                    self.invalidate(user_id)
+            return write
+        return method
+
+    # -- the listener and the sender -------------------------------------------------------
+
+    def _ensure_threads(self) -> None:
+        if self._threads_pid == os.getpid():
+            return
+        with self._start_lock:
+            if self._threads_pid == os.getpid():
+                return
+            # After a fork: this process starts with nothing it could trust.
+            self.listening = False
+            with self._lock:
+                self._cache.clear()
+            self._threads_pid = os.getpid()
+            ref = weakref.ref(self)
+            threading.Thread(target=_listen, args=(ref,), name="memo-mw-state-listener", daemon=True).start()
+            threading.Thread(target=_send, args=(ref,), name="memo-mw-count-sender", daemon=True).start()
+
+    def send_counts(self) -> None:
+        """Send the noted topic counts and the backend's recall counts now."""
+        self.inner.flush_noted()
+        if self._on_send is not None:
+            self._on_send()
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            self.send_counts()
+        except Exception:
+            log.debug("memo-mw: counts not sent at close", exc_info=True)
+
+
+def _listen(ref: weakref.ref) -> None:
+    """Subscribe, and drop each user named on the channel; resubscribe after a failure."""
+    backoff = 0.1
+    while True:
+        cache = ref()
+        if cache is None or cache._stop.is_set():
+            return
+        pubsub = cache.inner.connection.pubsub(ignore_subscribe_messages=True)
+        channel = cache.inner.channel
+        del cache
+        try:
+            pubsub.subscribe(channel)
+            pubsub.get_message(timeout=1.0)  # the subscribe confirmation: from now on nothing is missed
+            cache = ref()
+            if cache is None:
+                return
+            with cache._lock:
+                cache._cache.clear()
+            cache.listening = True
+            del cache
+            backoff = 0.1
+            while True:
+                message = pubsub.get_message(timeout=1.0)
+                cache = ref()
+                if cache is None or cache._stop.is_set():
+                    return
+                if message is not None and message.get("type") == "message":
+                    cache.invalidate(message["data"].decode("utf-8", "replace"))
+                del cache
+        except Exception as exc:  # Redis gone: serve nothing from the cache until resubscribed
+            cache = ref()
+            if cache is None:
+                return
+            cache.listening = False
+            stop = cache._stop
+            del cache
+            log.debug("memo-mw: state listener lost Redis (%s); retrying", exc)
+            if stop.wait(backoff):
+                return
+            backoff = min(backoff * 2, 5.0)
+        finally:
+            try:
+                pubsub.close()
+            except Exception:
+                pass
+
+
+def _send(ref: weakref.ref) -> None:
+    while True:
+        cache = ref()
+        if cache is None:
+            return
+        stop, interval = cache._stop, cache.send_interval
+        del cache
+        if stop.wait(interval):
+            return
+        cache = ref()
+        if cache is None:
+            return
+        try:
+            cache.send_counts()
+        except Exception as exc:  # Redis down: the counts wait for the next round
+            log.debug("memo-mw: counts not sent (%s)", exc)
+        del cache

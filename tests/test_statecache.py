@@ -1,0 +1,95 @@
+"""The users' state kept in the web process (memo_mw.statecache): served from memory while
+unchanged, dropped as soon as any process changes it, never served while the listener is away."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from memo_mw.statecache import CachedUserState
+from memo_mw.userstate import RedisUserState
+
+
+def wait_until(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def payload(job_key, content="likes tea"):
+    return {"job_key": job_key, "user_id": "alice", "session_id": "s", "ts": 1, "message_id": None,
+            "candidates": [{"type": "preference", "key": content, "polarity": 1, "content": content,
+                            "excerpt": content, "rule_id": "t", "confidence": 0.8, "ttl_days": None}]}
+
+
+@pytest.fixture
+def connection(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def listening(cache):
+    cache.read("nobody")  # starts the listener once Redis has answered
+    assert wait_until(lambda: cache.listening), "the listener did not subscribe"
+    return cache
+
+
+def test_reads_are_served_from_memory_until_another_process_writes(connection):
+    web = listening(CachedUserState(RedisUserState(connection, "memo")))
+    worker = RedisUserState(connection, "memo")  # another process: the rq worker, say
+    assert web.read("alice").pending == []
+    misses = web.stats["miss"]
+    for _ in range(5):
+        assert web.read("alice").pending == []
+    assert web.stats["miss"] == misses  # no round trip
+    worker.put_pending("alice", payload("k1"))
+    assert wait_until(lambda: [p["job_key"] for p in web.read("alice").pending] == ["k1"])
+    worker.drop_pending("alice", "k1")
+    assert wait_until(lambda: web.read("alice").pending == [])
+    web.close()
+
+
+def test_a_process_sees_its_own_write_at_once(connection):
+    web = listening(CachedUserState(RedisUserState(connection, "memo")))
+    assert web.read("alice").forgets == []
+    web.add_forget("alice", {"tokens": None, "ts": 5})
+    assert web.read("alice").forgets == [{"tokens": None, "ts": 5}]  # no waiting for the message
+    web.close()
+
+
+def test_nothing_is_served_while_the_listener_is_away(redis_server, redis_url, connection):
+    web = listening(CachedUserState(RedisUserState(connection, "memo")))
+    web.read("alice")
+    redis_server.stop()
+    assert wait_until(lambda: not web.listening), "the listener did not notice"
+    with pytest.raises(redis.ConnectionError):
+        web.read("alice")  # not the copy: a change made meanwhile could not be heard
+    redis_server.start()
+    RedisUserState(redis.Redis.from_url(redis_url), "memo").put_pending("alice", payload("k2"))
+    assert wait_until(lambda: web.listening)
+    assert [p["job_key"] for p in web.read("alice").pending] == ["k2"]
+    web.close()
+
+
+def test_a_read_racing_with_a_change_is_not_kept(connection):
+    web = listening(CachedUserState(RedisUserState(connection, "memo")))
+    inner_read = web.inner.read
+
+    def read_then_changed(user_id):
+        state = inner_read(user_id)
+        web.invalidate(user_id)  # the change's message arrives while the read is in flight
+        return state
+
+    web.inner.read = read_then_changed
+    web.read("alice")
+    web.inner.read = inner_read
+    misses = web.stats["miss"]
+    web.read("alice")
+    assert web.stats["miss"] == misses + 1  # fetched again, the raced copy was not kept
+    web.close()
