@@ -92,6 +92,10 @@ OUTBOX_DRAIN_INTERVAL = 1.0
 #: and retries them; the store's processed_jobs table makes a rerun of a finished job a no-op.
 WORKER_MAINTENANCE_INTERVAL = 60
 
+#: A remember job stores up to this many remember jobs waiting behind it in one SQLite
+#: transaction (memo_mw.jobs.remember); 1 turns batching off.
+WORKER_BATCH = 100
+
 #: Seconds a failed job (and the masked memory text in its arguments) stays in Redis for
 #: inspection. A forget request removes the user's failed jobs at once.
 JOB_FAILURE_TTL = 7 * 86400

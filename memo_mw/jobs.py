@@ -9,11 +9,15 @@ repeated ``count_topics`` one message twice, which only nudges a profile).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from . import counters, maintenance
+from . import counters, defaults, maintenance
 from . import insights as profile
 from .compressor import Compressor, polish_candidates
 from .queue import REMEMBER
@@ -30,23 +34,69 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
     may have run while this job waited or ran), and the payload then leaves the user's
     pending list: recall reads it from the store.
 
+    Under rq, the job also takes up to WORKER_BATCH other remember jobs waiting behind it for
+    the same database and stores them all in the same transaction; only once that has committed
+    are they taken off the queue. A worker that dies in between leaves them queued, and their
+    rerun stores nothing twice (processed_jobs); so does another worker that took one meanwhile.
+
     With ``MEMO_COMPRESSOR_URL`` set in the worker's environment, each rule summary is first
     offered to a small model for a one-line polish (memo_mw.compressor); the rule summary is
-    stored whenever the model's line is not used.
+    stored whenever the model's line is not used. (Then jobs are not batched: no write lock
+    is held across calls to the model.)
     """
     state = _user_state()
-    kept = without_forgotten(payload, state.read(payload["user_id"]).forgets) if state else payload
     compressor = Compressor.from_env()
-    with Store(db) as store:
-        if compressor is not None and kept.get("candidates"):
-            user_id = kept["user_id"]
-            kept = polish_candidates(kept, compressor, lambda key, polarity: _slot_contents(
-                store, user_id, key, polarity))
-        outcomes = store.remember(kept)
-    outcomes += ["discarded"] * (len(payload.get("candidates", [])) - len(kept.get("candidates", [])))
+    batch = _waiting_batch(db) if state is not None and compressor is None else []
+    payloads = [payload, *(p for _, p in batch)]
+    forgets = state.forgets_of({p["user_id"] for p in payloads}) if state else {}
+    results = []
+    with _open(db) as store, store.write():
+        for each in payloads:
+            kept = without_forgotten(each, forgets.get(each["user_id"], []))
+            if compressor is not None and kept.get("candidates"):
+                user_id = kept["user_id"]
+                kept = polish_candidates(kept, compressor, lambda key, polarity: _slot_contents(
+                    store, user_id, key, polarity))
+            outcomes = store.remember(kept)
+            results.append(outcomes + ["discarded"] * (len(each.get("candidates", [])) - len(kept.get("candidates", []))))
     if state:
-        state.drop_pending(payload["user_id"], payload["job_key"])
-    return outcomes
+        state.drop_pending_many([(p["user_id"], p["job_key"]) for p in payloads])
+    if batch:
+        _take_off_queue([job for job, _ in batch])
+    return results[0]
+
+
+def _waiting_batch(db: str) -> list[tuple[Any, dict[str, Any]]]:
+    """Remember jobs for ``db`` waiting at the head of the current job's queue (not taken off it)."""
+    from rq import Queue, get_current_job
+    from rq.job import Job
+
+    current = get_current_job()
+    if current is None or defaults.WORKER_BATCH <= 1:
+        return []
+    queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
+    ids = [i for i in queue.get_job_ids(0, defaults.WORKER_BATCH - 1) if i != current.id]
+    batch = []
+    for job in Job.fetch_many(ids, connection=current.connection, serializer=current.serializer):
+        try:
+            if job is not None and job.func_name == REMEMBER and job.args[0] == db and isinstance(job.args[1], dict):
+                batch.append((job, job.args[1]))
+        except Exception:  # a job that does not decode is left for the worker to report
+            continue
+    return batch
+
+
+def _take_off_queue(jobs: list[Any]) -> None:
+    """Remove jobs whose payloads are stored from their queue and delete them, in one round trip."""
+    from rq import Queue
+
+    first = jobs[0]
+    queue = Queue(first.origin, connection=first.connection, serializer=first.serializer)
+    with first.connection.pipeline() as pipe:
+        for job in jobs:
+            queue.remove(job, pipeline=pipe)
+            pipe.delete(job.key)
+        pipe.execute()
 
 
 def _slot_contents(store: Store, user_id: str, key: str, polarity: int) -> list[str]:
@@ -58,7 +108,7 @@ def _slot_contents(store: Store, user_id: str, key: str, polarity: int) -> list[
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
     """Count a recall of these memories: ``hits + 1`` and ``last_accessed = ts``."""
-    with Store(db) as store:
+    with _open(db) as store:
         return store.touch(user_id, ids, ts)
 
 
@@ -70,7 +120,7 @@ def flush_touches(db: str, user_id: str) -> int:
     counts, ts = state.take_touches(user_id)
     if not counts:
         return 0
-    with Store(db) as store:
+    with _open(db) as store:
         return store.touch(user_id, counts, ts if ts is not None else int(time.time()))
 
 
@@ -81,7 +131,7 @@ def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "use
     retry, or failed) lose what the request names too: they hold the text being forgotten,
     and would otherwise store it again.
     """
-    with Store(db) as store:
+    with _open(db) as store:
         count = store.forget(user_id, match=match, ts=ts, reason=reason)
     current = _current_job()
     if current is not None:
@@ -96,7 +146,7 @@ def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "use
 
 def count_topics(db: str, user_id: str, week: str, names: list[str]) -> int:
     """Add one message's topic counts to SQLite (embedded mode; with Redis they wait there)."""
-    with Store(db) as store:
+    with _open(db) as store:
         return counters.add(store, user_id, {(week, name): 1 for name in names})
 
 
@@ -112,7 +162,7 @@ def insights(db: str, now: float | None = None) -> dict[str, int]:
     """The weekly profile: move the topic counts from Redis to SQLite, then replace every
     user's insights (users with counts or memories; see memo_mw.insights)."""
     moved = flush_topic_counts(db)
-    with Store(db) as store:
+    with _open(db) as store:
         done = profile.run_all(store, now=profile.now_or(now))
     done["counts_moved"] = moved
     log.info("memo-mw insights: %(users)d users, %(insights)d lines, %(counts_moved)d counts moved", done)
@@ -121,7 +171,7 @@ def insights(db: str, now: float | None = None) -> dict[str, int]:
 
 def maintain(db: str, now: float | None = None) -> dict[str, int]:
     """Expire tasks, delete those left unconfirmed, resolve contradictions (see memo_mw.maintenance)."""
-    with Store(db) as store:
+    with _open(db) as store:
         counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
     log.info("memo-mw maintenance: %s", maintenance.summary(counts))
     return counts
@@ -166,6 +216,35 @@ def _current_job() -> Any:
     from rq import get_current_job
 
     return get_current_job()
+
+
+_stores = threading.local()
+
+
+@contextlib.contextmanager
+def _open(db: str) -> Iterator[Store]:
+    """The database, opened once per worker process and thread and kept open between jobs
+    (opening, with its pragmas and migration check, costs more than storing a memory).
+
+    Reopened when the file at the path is another one (replaced, restored) than the one opened.
+    """
+    cache = _stores.__dict__.setdefault("by_path", {})
+    try:
+        inode = os.stat(db).st_ino
+    except FileNotFoundError:
+        inode = None
+    entry = cache.get(db)
+    if entry is None or entry[1] != inode or entry[2] != os.getpid():
+        if entry is not None and entry[2] == os.getpid():
+            entry[0].close()
+        store = Store(db)
+        entry = cache[db] = (store, os.stat(db).st_ino, os.getpid())
+    try:
+        yield entry[0]
+    except BaseException:
+        cache.pop(db, None)  # a failure may have left it in a bad state: the next job opens anew
+        entry[0].close()
+        raise
 
 
 def _user_state() -> RedisUserState | None:

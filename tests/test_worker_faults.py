@@ -47,10 +47,15 @@ def contents(db):
 
 
 def run_due_retries(queue):
-    """What the scheduler of `memo-mw worker` does once a retry is due: move it back to the queue."""
-    time.sleep(1.1)  # the first retry interval is 1 s
-    worker = Worker([queue], connection=queue.connection, serializer=defaults.SERIALIZER)
-    worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+    """What the scheduler of `memo-mw worker` does once a retry is due: move it back to the queue
+    (and the worker runs it). The first retry interval is 1 s; rq keeps due times in whole seconds."""
+    deadline = time.monotonic() + 10
+    while True:
+        time.sleep(0.5)
+        worker = Worker([queue], connection=queue.connection, serializer=defaults.SERIALIZER)
+        worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+        if queue.scheduled_job_registry.count == 0 or time.monotonic() > deadline:
+            return
 
 
 def test_a_locked_database_makes_the_job_retry_with_backoff(db, redis_url, monkeypatch):
@@ -93,6 +98,8 @@ def test_a_worker_killed_mid_job_is_retried_and_stores_once(db, redis_url, tmp_p
     registry = StartedJobRegistry(queue=queue)
     assert job_id in registry.get_job_ids()
     registry.cleanup(timestamp=time.time() + 600)
+    # The dead worker's scheduler lock lapses after about a minute too; here it is let go now.
+    queue.connection.delete(f"rq:scheduler-lock:{queue.name}")
     assert job.get_status() == JobStatus.SCHEDULED
     run_due_retries(queue)
     assert contents(db) == ["likes kalimba music"]
@@ -176,3 +183,29 @@ def test_processes_starting_together_on_a_new_database_all_start(tmp_path):
             assert process.returncode == 0, err.decode()
         with Store(path) as store:
             assert store.db["memories"].exists()
+
+
+def test_the_worker_stores_waiting_jobs_in_batches_once_each(db, redis_url):
+    app = Flask(__name__)
+    app.post("/chat")(lambda: jsonify(ok=True))
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    client = app.test_client()
+    things = [f"kalimba {chr(97 + i)}{chr(97 + j)}" for i in range(5) for j in range(6)]
+    for n, thing in enumerate(things):
+        client.post("/chat", json={"message": f"I like {thing}"}, headers={"X-User-Id": f"user-{n % 3}"})
+    connection = redis.Redis.from_url(redis_url)
+    queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
+    assert queue.count == 30
+    copy = Job.fetch(queue.job_ids[5], connection=connection, serializer=defaults.SERIALIZER)
+    queue.enqueue(copy.func_name, *copy.args)  # as if another worker ran one of the batch again
+    result = subprocess.run([sys.executable, "-m", "memo_mw", "worker", "--burst", "--url", redis_url],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert queue.count == 0 and queue.failed_job_registry.count == 0
+    with Store(db) as store:
+        rows = store.db.execute("select user_id, content from memories order by id").fetchall()
+    assert sorted(content for _, content in rows) == sorted(f"likes {thing}" for thing in things)  # once each
+    assert {user for user, _ in rows} == {"user-0", "user-1", "user-2"}
+    assert not [k for k in connection.keys("memo:pending:*") if connection.hlen(k)]  # none left pending
+    assert connection.keys("rq:job:memo-remember-*") == []  # the batched jobs are gone too
+    connection.close()
