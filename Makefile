@@ -36,5 +36,11 @@ demo: venv
 worker: venv
 	$(BIN)/memo-mw worker
 
+# The performance suite (docs/performance.md): wrk drives the HTTP figure; installed when missing and we can.
+bench: venv redis-server
+	@command -v wrk >/dev/null 2>&1 || (apt-get install -y -qq wrk >/dev/null 2>&1) || \
+	  echo "warning: wrk is missing and could not be installed; the HTTP figure will be skipped"
+	$(BIN)/python bench/perf.py
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache var
