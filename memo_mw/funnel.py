@@ -128,6 +128,8 @@ class Funnel:
         self._sensitive_message = by_scope(rules.gates("sensitive"), "message")
         self._sensitive_sentence = by_scope(rules.gates("sensitive"), "sentence")
         self._forget = rules.gates("forget")
+        # As for triggers: a Chinese forget pattern cannot match a message with no Chinese character.
+        self._forget_script = {id(g): _SCRIPT_OF.get(f.language) for f in rules.files for g in f.forget}
         self._recall_all = rules.gates("recall_all")
 
     # -- matching with a timeout -------------------------------------------------------
@@ -251,7 +253,11 @@ class Funnel:
         return passed
 
     def _forget_request(self, text: str) -> tuple[Gate, str | None] | None:
+        scripts = _scripts(text)
         for gate in self._forget:
+            needed = self._forget_script.get(id(gate))
+            if needed is not None and needed not in scripts:
+                continue
             match = self._search(gate.pattern, text, gate.id)
             if match is None:
                 continue
