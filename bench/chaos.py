@@ -145,7 +145,9 @@ def main() -> int:
             if waiting == 0:
                 break
             time.sleep(1.0)
-        left_waiting = waiting
+        left_waiting = {"queued": queue.count, "scheduled": queue.scheduled_job_registry.count,
+                        "started": StartedJobRegistry(queue=queue).count,
+                        "intermediate": len(queue.intermediate_queue.get_job_ids())}
         failed_jobs = queue.failed_job_registry.count
         connection.close()
     finally:
@@ -179,7 +181,7 @@ def main() -> int:
                     print("  -", fault)
             else:
                 print(f"{name}: {value}")
-    bad = (report["errors"] or report["wrong_replies"] or set(report["statuses"]) - {200}
+    bad = (report["errors"] or sum(left_waiting.values()) or report["wrong_replies"] or set(report["statuses"]) - {200}
            or report["missing"] or report["doubled"] or report["misplaced"])
     return 1 if bad else 0
 

@@ -100,17 +100,17 @@ def main() -> None:
 @click.option("--name", default=None, help="Worker name (default: random).")
 @click.option("--db", "dbs", multiple=True, envvar="MEMO_DB",
               help="Check that this memory database opens and is writable before starting (repeatable; env MEMO_DB).")
-@click.option("--fork", is_flag=True,
-              help="Run each job in a forked child (rq's default Worker) instead of in this process.")
-def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], fork: bool) -> None:
+@click.option("--simple", is_flag=True,
+              help="Run jobs in this process (rq's SimpleWorker) instead of a forked child per job: faster, "
+                   "but a job's crash, or Redis failing mid-job, stops the worker.")
+def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool) -> None:
     """Run an rq worker for memo-mw's jobs (JSON serializer, the memo queue, with rq's
     scheduler so failed jobs are retried).
 
-    Same as: rq worker --url URL --with-scheduler --serializer memo_mw.queue.JobSerializer
-    --worker-class rq.SimpleWorker memo (plus a shorter maintenance interval, so the jobs of a
-    worker that died are retried sooner). Jobs run in this process, which keeps the database
-    open between them: several times the memories per second of forking a child per job
-    (bench/perf.py). --fork forks per job, as rq's default worker does.
+    Same as: rq worker --url URL --with-scheduler --serializer memo_mw.queue.JobSerializer memo
+    (plus a shorter maintenance interval, so the jobs of a worker that died are retried sooner).
+    Each remember job stores the remember jobs waiting behind it too, in one transaction
+    (WORKER_BATCH). --simple runs jobs in this process, keeping the database open between them.
     """
     import redis
     from rq import SimpleWorker, Worker
@@ -125,7 +125,7 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[
         connection.ping()
     except (redis.RedisError, ValueError) as exc:
         raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
-    worker_class = Worker if fork else SimpleWorker
+    worker_class = SimpleWorker if simple else Worker
     worker_class([queue_name], connection=connection, serializer=defaults.SERIALIZER, name=name,
                  maintenance_interval=defaults.WORKER_MAINTENANCE_INTERVAL).work(burst=burst, with_scheduler=True)
 
