@@ -252,23 +252,6 @@ class LocalUserState:
             else:
                 self._entries.get(("pending", user_id), {}).pop(payload["job_key"], None)
 
-    def forgets_of(self, user_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-        """The recent forget requests of several users, in one round trip."""
-        users = sorted(user_ids)
-        with self.connection.pipeline(transaction=False) as pipe:
-            for user_id in users:
-                pipe.hvals(self._key("forgets", user_id))
-            found = pipe.execute()
-        return {user: [json.loads(f) for f in forgets] for user, forgets in zip(users, found)}
-
-    def drop_pending_many(self, entries: list[tuple[str, str]]) -> None:
-        """Drop several pending payloads ``(user_id, job_key)``, in one round trip."""
-        with _pipeline(self.connection) as p:
-            for user_id, job_key in entries:
-                p.hdel(self._key("pending", user_id), job_key)
-            for user_id in {user for user, _ in entries}:
-                p.publish(self.channel, user_id)
-
     def drop_pending(self, user_id: str, job_key: str) -> None:
         with self._lock:
             self._entries.get(("pending", user_id), {}).pop(job_key, None)
