@@ -40,32 +40,8 @@ from rq import Queue  # noqa: E402
 
 from memo_mw import defaults  # noqa: E402
 from memo_mw.store import check_writable  # noqa: E402
-from tests.loadgen import expected_memories, free_port, gunicorn, plan, run_load, stored_memories  # noqa: E402
-
-
-class Redis:
-    def __init__(self, folder: str):
-        self.folder, self.port = folder, free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.folder, "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always"], stdout=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        for _ in range(400):
-            try:
-                client.ping()
-                client.close()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.025)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+from tests.loadgen import expected_memories, gunicorn, plan, run_load, stored_memories  # noqa: E402
+from tests.servers import RedisServer  # noqa: E402
 
 
 def start_worker(url: str) -> subprocess.Popen:
@@ -84,7 +60,7 @@ def main() -> int:
     folder = tempfile.mkdtemp(prefix="memo-chaos-")
     db = os.path.join(folder, "memo.db")
     check_writable(db)
-    server = Redis(folder)
+    server = RedisServer(folder, appendonly=True)
     server.start()
     worker = [start_worker(server.url)]
     work = plan(args.threads, args.requests, args.users)

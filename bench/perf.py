@@ -46,55 +46,16 @@ import redis  # noqa: E402
 from memo_mw import MemoryMiddleware, defaults  # noqa: E402
 from memo_mw.pipeline import remember_payload  # noqa: E402
 from memo_mw.store import Store  # noqa: E402
+from tests.loadgen import free_port, word  # noqa: E402
+from tests.servers import RedisServer  # noqa: E402
 
 RESULTS: dict[str, dict] = {}
 THINGS = ["jazz", "green tea", "tennis", "sushi", "python", "hiking", "chess", "coffee", "rust", "piano"]
-SYLLABLES = ["ka", "lo", "mi", "ru", "ze", "po", "ta", "ne", "shi", "vu", "ga", "bo", "di", "fe", "ho", "ju"]
-
-
-def word(n: int) -> str:
-    out = []
-    for _ in range(5):
-        out.append(SYLLABLES[n % 16])
-        n //= 16
-    return "".join(out)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))]
-
-
-class PrivateRedis:
-    def __init__(self, folder):
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process = subprocess.Popen(
-            [shutil.which("redis-server") or "/usr/bin/redis-server", "--port", str(self.port), "--bind",
-             "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", folder], stdout=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        for _ in range(400):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.025)
-        client.close()
-
-    def flush(self):
-        client = redis.Redis(port=self.port)
-        client.flushdb()
-        client.close()
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait()
 
 
 def seed_memories(middleware, user="u", n=100):
@@ -394,7 +355,8 @@ def main() -> int:
     only = set(args.only or ["wsgi", "http", "captured", "worker", "recall", "rss"])
     n = 2000 if args.quick else 10000
     folder = tempfile.mkdtemp(prefix="memo-perf-")
-    server = PrivateRedis(folder)
+    server = RedisServer(folder)
+    server.start()
     print(f"memo-mw performance, {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, Python "
           f"{sys.version.split()[0]}, {subprocess.run(['redis-server', '--version'], capture_output=True, text=True).stdout.split()[2]}")
     try:
@@ -405,7 +367,9 @@ def main() -> int:
                           ("recall", lambda: bench_recall(200_000 if args.quick else 1_000_000)),
                           ("rss", lambda: bench_rss(server, folder))):
             if name in only:
-                server.flush()
+                flushed = redis.Redis.from_url(server.url)
+                flushed.flushdb()  # our own server
+                flushed.close()
                 run()
     finally:
         server.stop()

@@ -197,14 +197,20 @@ class _InvalidLine(ValueError):
     pass
 
 
-def _parse_line(raw: str) -> dict[str, Any]:
-    """One log line as the values the middleware would read from a request, or _InvalidLine."""
+def _json_object(raw: str) -> dict[str, Any]:
+    """One JSON-lines line as a JSON object, or _InvalidLine saying why not."""
     try:
         record = json.loads(raw)
     except ValueError as exc:
         raise _InvalidLine(f"not JSON ({exc})") from None
     if not isinstance(record, dict):
         raise _InvalidLine("not a JSON object")
+    return record
+
+
+def _parse_line(raw: str) -> dict[str, Any]:
+    """One log line as the values the middleware would read from a request, or _InvalidLine."""
+    record = _json_object(raw)
     user = clean_id(record.get("user"))
     if user is None:
         raise _InvalidLine("no user (a non-empty string or number)")
@@ -485,12 +491,7 @@ def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | No
 
 def _transcript_text(raw: str) -> str | None:
     """The user's text of one transcript line; None for another role; _InvalidLine if unreadable."""
-    try:
-        record = json.loads(raw)
-    except ValueError as exc:
-        raise _InvalidLine(f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise _InvalidLine("not a JSON object")
+    record = _json_object(raw)
     role = record.get("role")
     if role is not None and role != "user":
         return None

@@ -3,56 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
 import time
-from pathlib import Path
+import zlib
 
 import pytest
 import redis
 
-REDIS_BINARY = shutil.which("redis-server") or "/usr/bin/redis-server"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server this test session started, in its own folder, on a free port.
-
-    Tests may stop and restart it; it is the only Redis the tests ever flush.
-    """
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [REDIS_BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.folder)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port)
-        for _ in range(200):
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.025)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-            self.process = None
+from .servers import REDIS_BINARY, RedisServer, free_port  # noqa: F401 (free_port: for the tests)
 
 
 @pytest.fixture(autouse=True)
@@ -106,3 +63,31 @@ def drain(redis_url: str) -> int:
     assert queue.failed_job_registry.count == 0, "a memo job failed"
     assert queue.count == 0
     return waiting  # finished jobs keep no result (result_ttl=0), so count what was waiting
+
+
+def all_redis_text(url: str) -> bytes:
+    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
+    client = redis.Redis.from_url(url)
+    out = []
+    for key in client.keys("*"):
+        kind = client.type(key)
+        values = client.hvals(key) if kind == b"hash" else client.lrange(key, 0, -1) if kind == b"list" \
+            else [client.get(key)] if kind == b"string" else []
+        for value in values:
+            out.append(value or b"")
+            try:
+                out.append(zlib.decompress(value))
+            except (zlib.error, TypeError):
+                pass
+    client.close()
+    return b"\n".join(out)
+
+
+def wait_until(condition, timeout: float = 15.0) -> bool:
+    """Poll ``condition()`` until it is true (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False

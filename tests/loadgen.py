@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .servers import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 SYLLABLES = ["ka", "lo", "mi", "ru", "ze", "po", "ta", "ne", "shi", "vu", "ga", "bo", "di", "fe", "ho", "ju"]
 
@@ -113,14 +115,6 @@ def run_load(port: int, work: list[list[Request]], *, timeout: float = 30.0) -> 
         thread.join()
     result.seconds = time.perf_counter() - started
     return result
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

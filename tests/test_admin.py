@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import zlib
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from memo_mw.admin import blueprint_for, create_blueprint
 from memo_mw.rules import load_rules
 from memo_mw.store import Store
 
-from .conftest import drain
+from .conftest import all_redis_text, drain
 
 TOKEN = "admin-token-for-tests-0123456789"
 
@@ -72,23 +71,6 @@ def database_bytes(db: str) -> bytes:
 def audit_rows(db, user):
     return sqlite3.connect(db).execute("select action, count, reason from audit where user_id = ? order by id",
                                        [user]).fetchall()
-
-
-def redis_text(url: str) -> bytes:
-    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
-    client = redis.Redis.from_url(url)
-    out = []
-    for key in client.keys("*"):
-        kind = client.type(key)
-        values = client.hvals(key) if kind == b"hash" else client.lrange(key, 0, -1) if kind == b"list" \
-            else [client.get(key)] if kind == b"string" else []
-        for value in values:
-            out.append(value or b"")
-            try:
-                out.append(zlib.decompress(value))
-            except (zlib.error, TypeError):
-                pass
-    return b"\n".join(out)
 
 
 @pytest.fixture
@@ -486,14 +468,14 @@ def test_delete_reaches_the_waiting_jobs_in_redis(redis_url, db, rules):
     drain(redis_url)
     # Said again: a remember job waits in Redis (and the statement in alice's pending list) ...
     say(client, "alice", "I love zanzibarian oolong", ts=1_700_000_500)
-    assert b"zanzibarian" in redis_text(redis_url)
+    assert b"zanzibarian" in all_redis_text(redis_url)
     export = client.get("/memo/api/export", headers={"X-User-Id": "alice"}).json
     assert [c["content"] for p in export["pending"] for c in p["candidates"]] == ["likes zanzibarian oolong"]
     # ... when the memory is deleted from the page: the job must not bring it back.
     memory_id = alice_id(db, "likes zanzibarian oolong")
     response = client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice"))
     assert response.json == {"deleted": 1, "id": memory_id, "queue_reached": True}
-    assert b"zanzibarian" not in redis_text(redis_url)
+    assert b"zanzibarian" not in all_redis_text(redis_url)
     drain(redis_url)
     assert contents(db, "alice") == ["plays tennis every sunday"]
     assert b"zanzibarian" not in database_bytes(db)
@@ -508,7 +490,7 @@ def test_forget_me_reaches_the_waiting_jobs_in_redis(redis_url, db, rules):
     say(client, "alice", "I love zanzibarian oolong", ts=1_700_000_500)  # waiting, never stored
     response = client.delete("/memo/api/memories", headers=as_user("alice"))
     assert response.json == {"deleted": 1, "queue_reached": True}
-    assert b"zanzibarian" not in redis_text(redis_url)
+    assert b"zanzibarian" not in all_redis_text(redis_url)
     drain(redis_url)
     assert contents(db, "alice") == [] and contents(db, "bob") == ["plays tennis every sunday"]
 

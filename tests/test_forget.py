@@ -11,8 +11,8 @@ import redis
 from memo_mw import MemoryMiddleware
 from memo_mw.store import Store
 
-from .conftest import drain
-from .test_loop import all_redis_text, chat_app, plain
+from .conftest import all_redis_text, drain
+from .test_loop import chat_app, plain
 
 
 def database_bytes(db: str) -> bytes:

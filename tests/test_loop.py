@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import zlib
 
 import pytest
 import redis
@@ -14,7 +13,7 @@ from memo_mw import Memo, MemoryMiddleware, defaults
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END
 from memo_mw.store import Store
 
-from .conftest import drain
+from .conftest import all_redis_text, drain
 
 
 def chat_app() -> Flask:
@@ -150,23 +149,6 @@ def test_flask_extension_reads_memo_settings(redis_url, tmp_path):
     received = client.post("/chat", **plain("which tea should I buy?")).json["received"]
     assert received["message"] == "which tea should I buy?"  # the block went to the configured field
     assert received["memory"].count("\n- ") == 1  # MEMO_RECALL_K=1
-
-
-def all_redis_text(url: str) -> bytes:
-    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
-    client = redis.Redis.from_url(url)
-    out = []
-    for key in client.keys("*"):
-        kind = client.type(key)
-        values = client.hvals(key) if kind == b"hash" else client.lrange(key, 0, -1) if kind == b"list" \
-            else [client.get(key)] if kind == b"string" else []
-        for value in values:
-            out.append(value or b"")
-            try:
-                out.append(zlib.decompress(value))
-            except (zlib.error, TypeError):
-                pass
-    return b"\n".join(out)
 
 
 def test_finished_jobs_leave_nothing_in_redis(redis_url, db):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 import redis
@@ -18,7 +17,7 @@ from memo_mw.outbox import Outbox, ResilientBackend
 from memo_mw.queue import REMEMBER, RQBackend
 from memo_mw.store import Store
 
-from .conftest import drain
+from .conftest import drain, wait_until
 
 WORDS = ["kalimba", "oolong", "bossa nova", "sourdough", "haiku", "origami", "tango", "kombucha",
          "sudoku", "ukulele", "bonsai", "tempura"]
@@ -73,15 +72,6 @@ def stored(db):
     with Store(db) as store:
         return sorted((row["user_id"], row["content"]) for row in store.db.query(
             "select user_id, content from memories where status = 'active'"))
-
-
-def wait_until(condition, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_redis_down_at_start_then_back(db, redis_server, redis_url):

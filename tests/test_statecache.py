@@ -3,7 +3,6 @@ unchanged, dropped as soon as any process changes it, never served while the lis
 
 from __future__ import annotations
 
-import time
 
 import pytest
 import redis
@@ -11,14 +10,7 @@ import redis
 from memo_mw.statecache import CachedUserState
 from memo_mw.userstate import RedisUserState
 
-
-def wait_until(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
+from .conftest import wait_until
 
 
 def payload(job_key, content="likes tea"):
