@@ -8,6 +8,8 @@ request does not make a second job.
 from __future__ import annotations
 
 import collections
+import datetime
+import hashlib
 import importlib
 import io
 import json
@@ -15,6 +17,8 @@ import logging
 import pickle
 import queue as stdlib_queue
 import threading
+import time
+import zlib
 from typing import Any, Protocol
 
 from . import defaults
@@ -102,7 +106,10 @@ class RQBackend:
         self._retry = Retry(max=3, interval=[1, 10, 60])
         self._touches: dict[tuple[str, str], tuple[collections.Counter, float]] = {}
         self._touches_lock = threading.Lock()
-        self._enqueue_script = self.connection.register_script(_ENQUEUE_SCRIPT)
+        self._no_script = redis.exceptions.NoScriptError
+        self._pending_prefix = self.state.inner._key("pending", "").encode("utf-8")
+        self._fast_script = ""  # the enqueue script and the start of its command: on the first job
+        self._fast_prefix = b""
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None,
                 pending: dict[str, Any] | None = None) -> bool:
@@ -127,29 +134,64 @@ class RQBackend:
         return True
 
     def _enqueue_unique(self, func: str, args: list[Any], job_id: str, pending: dict[str, Any] | None) -> bool:
-        from rq.job import Job
-
-        job = Job.create(func, args=args, connection=self.connection, id=job_id, description=func, result_ttl=0,
-                         failure_ttl=defaults.JOB_FAILURE_TTL, retry=self._retry,
-                         serializer=self.queue.serializer)
-        self.queue._prepare_for_queue(job)  # origin, enqueue time, timeout, status: as queue.enqueue does
-        fields = [x for key, value in job.to_dict().items() if value is not None
-                  for x in (key, value if isinstance(value, (bytes, str)) else str(value))]
-        inner = self.state.inner
-        user = pending["user_id"] if pending is not None else ""
+        # The job hash is the one rq's unique enqueue saves (its fields and values taken from a
+        # job rq built: job_template), with only what differs per job computed here: no rq Job
+        # object, the payload serialised once (the pending entry and the job share it), and the
+        # command packed in one join (redis-py packs argument by argument).
+        prefix = self._fast_prefix or self._prepare_fast_path()
+        job = job_id.encode("utf-8")
+        if pending is not None:
+            pending_json = json.dumps(pending)
+            user = pending["user_id"]
+            user_bytes = user.encode("utf-8")
+            entry = (pending["job_key"].encode("utf-8"), pending_json.encode("utf-8"), user_bytes)
+        else:
+            pending_json = None
+            user_bytes = b""
+            entry = (b"", b"", b"")
+        data = zlib.compress(job_data(func, args, pending, pending_json))
+        parts = (b"rq:job:" + job, self._pending_prefix + user_bytes, job, *entry, b"%d" % defaults.PENDING_TTL,
+                 func.encode("utf-8"), data, utcnow().encode("ascii"))
+        command = b"".join([b"*%d\r\n" % (5 + len(parts)), prefix,
+                            *[b"$%d\r\n%s\r\n" % (len(part), part) for part in parts]])
         if pending is not None:
             self.state.invalidate(user)
-        queued = self._enqueue_script(
-            keys=[job.key, self.queue.key, self.queue.redis_queues_keys, inner._key("pending", user)],
-            args=[job_id, job.ttl if job.ttl is not None else -1,
-                  pending["job_key"] if pending is not None else "",
-                  json.dumps(pending) if pending is not None else "", defaults.PENDING_TTL, inner.channel, user,
-                  *fields])
-        if pending is not None:
-            self.state.invalidate(user)
+        try:
+            try:
+                queued = self._send(command)
+            except self._no_script:  # a restarted or flushed Redis has forgotten the script
+                self.connection.script_load(self._fast_script)
+                queued = self._send(command)
+        finally:
+            if pending is not None:
+                self.state.invalidate(user)
         if not queued:
             log.debug("memo-mw: job %s already queued; not queued twice", job_id)
         return bool(queued)
+
+    def _send(self, command: bytes) -> Any:
+        """One packed command on a connection of the client's pool, and its reply (what
+        ``execute_command`` does, less packing: a failed connection is closed by redis-py)."""
+        pool = self.connection.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command([command])
+            return conn.read_response()
+        finally:
+            pool.release(conn)
+
+    def _prepare_fast_path(self) -> bytes:
+        """Make the enqueue script, rq's job template in it: on the first job, not at start-up
+        (rq's preparation of a job asks the server's version, and Redis may be down then)."""
+        script = enqueue_script(job_template(self.queue, self._retry), self.state.inner.channel)
+        sha = hashlib.sha1(script.encode("utf-8")).hexdigest()
+        self._fast_script = script
+        # The command's first five parts: EVALSHA, the script, the number of keys (4), and the
+        # queue's two keys (the job's and the user's follow).
+        head = (b"EVALSHA", sha.encode("ascii"), b"4", self.queue.key.encode("utf-8"),
+                self.queue.redis_queues_keys.encode("utf-8"))
+        self._fast_prefix = b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in head)
+        return self._fast_prefix
 
     def touch(self, db: str, user_id: str, ids: list[int], ts: float) -> None:
         """Count a recall: kept here, sent within a second by the state's sender thread (to the
@@ -177,26 +219,85 @@ class RQBackend:
         self.connection.close()
 
 
-#: One round trip for a captured message: its pending entry (and the message that it changed),
-#: then the job as rq's unique enqueue saves it: refused while a job with its id exists.
-_ENQUEUE_SCRIPT = """
-redis.call("SADD", KEYS[3], KEYS[2])
-if ARGV[3] ~= "" then
-    redis.call("HSET", KEYS[4], ARGV[3], ARGV[4])
+#: The fields of rq's job hash that differ from job to job; every other field of a memo-mw job
+#: has the value rq gives it for any job (job_template).
+VARYING_FIELDS = ("created_at", "data", "description", "enqueued_at")
+
+
+def job_template(queue: Any, retry: Any) -> list[tuple[str, bytes | None]]:
+    """The hash rq 3 saves for a job memo-mw enqueues, field by field in rq's order, as redis-py
+    would send it: a job built by rq itself (``Job.create`` and the queue's own preparation, with
+    the options every memo-mw job has), each field of :data:`VARYING_FIELDS` as None."""
+    from rq.job import Job
+
+    job = Job.create(REMEMBER, args=[], connection=queue.connection, id="memo-template", description=REMEMBER,
+                     result_ttl=0, failure_ttl=defaults.JOB_FAILURE_TTL, retry=retry, serializer=queue.serializer)
+    queue._prepare_for_queue(job)  # origin, enqueue time, timeout, status: as queue.enqueue does
+    if job.ttl is not None or job.meta or job._dependency_ids:
+        raise RuntimeError("memo-mw: rq gave the job a TTL, metadata or dependencies: the enqueue script "
+                           "does not write them")
+    encode = queue.connection.get_encoder().encode
+    return [(key, None if key in VARYING_FIELDS else encode(value))
+            for key, value in job.to_dict().items() if value is not None]
+
+
+def enqueue_script(template: list[tuple[str, bytes | None]], channel: str) -> str:
+    """One round trip for a job with an id (a captured message's, a forget's, a flush's): its
+    pending entry if any (and the message that it changed), then the job as rq's unique enqueue
+    saves it, refused while a job with its id exists.
+
+    KEYS: the queue, rq's set of queues, the job's hash, the user's pending entries.
+    ARGV: job id; pending field, its JSON and the user ("" when the job has no pending entry); the
+    pending TTL; the description (the function); the compressed data; the time (created, enqueued).
+    """
+    value = {"created_at": "ARGV[8]", "enqueued_at": "ARGV[8]", "data": "ARGV[7]", "description": "ARGV[6]"}
+    fields = ", ".join(f"{_lua_string(key.encode())}, {value[key] if raw is None else _lua_string(raw)}"
+                       for key, raw in template)
+    return f"""
+redis.call("SADD", KEYS[2], KEYS[1])
+if ARGV[2] ~= "" then
+    redis.call("HSET", KEYS[4], ARGV[2], ARGV[3])
     redis.call("EXPIRE", KEYS[4], ARGV[5])
-    redis.call("PUBLISH", ARGV[6], ARGV[7])
+    redis.call("PUBLISH", {_lua_string(channel.encode())}, ARGV[4])
 end
-if redis.call("EXISTS", KEYS[1]) == 1 then
+if redis.call("EXISTS", KEYS[3]) == 1 then
     return 0
 end
-redis.call("HSET", KEYS[1], unpack(ARGV, 8))
-local ttl = tonumber(ARGV[2])
-if ttl and ttl > 0 then
-    redis.call("EXPIRE", KEYS[1], ttl)
-end
-redis.call("RPUSH", KEYS[2], ARGV[1])
+redis.call("HSET", KEYS[3], {fields})
+redis.call("RPUSH", KEYS[1], ARGV[1])
 return 1
 """
+
+
+def _lua_string(raw: bytes) -> str:
+    """A Lua string literal for these bytes (anything but plain characters as decimal escapes)."""
+    return '"' + "".join(chr(b) if b in _LUA_PLAIN else f"\\{b:03d}" for b in raw) + '"'
+
+
+_LUA_PLAIN = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-.:,;[]{}()/@+=*#")
+
+
+def job_data(func: str, args: list[Any], shared: Any = None, shared_json: str | None = None) -> bytes:
+    """``JobSerializer.dumps((func, None, args, {}))``: rq's job tuple as memo-mw's serializer
+    writes it, with ``shared`` (an argument also sent as the pending entry) taken as ``shared_json``
+    rather than serialised a second time."""
+    encoded = ", ".join(shared_json if arg is shared and shared_json is not None else json.dumps(arg) for arg in args)
+    return f"[{json.dumps(func)}, null, [{encoded}], {{}}]".encode("utf-8")
+
+
+_second: tuple[int, str] = (-1, "")  # the last second formatted (one tuple: threads share it)
+
+
+def utcnow() -> str:
+    """Now as rq writes a job's times (``rq.utils.utcformat``: ``%Y-%m-%dT%H:%M:%S.%fZ``, UTC)."""
+    global _second
+    now = time.time()
+    second, prefix = _second
+    if int(now) != second:
+        second = int(now)
+        prefix = datetime.datetime.fromtimestamp(second, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
+        _second = (second, prefix)
+    return f"{prefix}{int((now - second) * 1_000_000):06d}Z"
 
 
 class ThreadBackend:
