@@ -14,10 +14,12 @@ from __future__ import annotations
 import logging
 import string
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import regex
 
 from . import defaults
+from .needles import Screen, fold, needles
 from .privacy import mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
 from .text import memory_key, nfkc
@@ -111,16 +113,42 @@ class _Hit:
 class Funnel:
     """Runs messages through the compiled rules. Thread-safe: it holds no per-message state."""
 
-    def __init__(self, rules: RuleSet, *, timeout: float = defaults.REGEX_TIMEOUT):
+    def __init__(self, rules: RuleSet, *, timeout: float = defaults.REGEX_TIMEOUT, screen: bool = True):
+        """``screen=False`` runs every pattern on every text (the needles rule none out): the
+        same results, slower; what the tests compare the screen with."""
         self.rules = rules
         self.timeout = timeout
         self.topics = TopicTagger(rules.topics)
-        # One pass per file instead of one per pattern: fillers joined into one
-        # alternation, and the file's triggers joined into a prefilter that rules out
-        # most sentences (which trigger nothing) in a single search.
+        # Fillers joined into one alternation per file (one pass instead of one per pattern).
         self._fillers = [(_SCRIPT_OF.get(f.language), _union(f.fillers)) for f in rules.files if f.fillers]
-        # Triggers with `requires` stay out of the prefilter: their own word check is cheaper.
-        self._prefilters = {id(f): _union([t.pattern for t in f.triggers if not t.requires]) for f in rules.files}
+        # Every pattern's literal needles (memo_mw.needles): a text without them is not searched.
+        # Most messages trigger nothing, and checking a few substrings says so in microseconds.
+        self._screen = Screen() if screen else Screen.off()
+        for _, filler in self._fillers:
+            if filler is not None:
+                self._screen.add(id(filler), needles(filler.pattern))
+        for gate in rules.gates("negative") + rules.gates("sensitive") + rules.gates("forget") + \
+                rules.gates("recall_all"):
+            self._screen.add(id(gate), needles(gate.pattern.pattern))
+        # A trigger's `requires` words are needles too (checked again as written when they pass).
+        # Per file, the triggers each needle of their first set may let through, in file order.
+        self._by_needle: dict[int, dict[str, tuple[int, ...]]] = {}
+        self._unscreened: dict[int, tuple[int, ...]] = {}
+        for rule_file in rules.files:
+            by_needle: dict[str, list[int]] = {}
+            unscreened = []
+            for i, trigger in enumerate(rule_file.triggers):
+                sets = self._screen.add(id(trigger), (*needles(trigger.pattern.pattern),
+                                                  frozenset(map(fold, trigger.requires))))
+                if not sets:
+                    unscreened.append(i)
+                for needle in sets[0] if sets else ():
+                    by_needle.setdefault(needle, []).append(i)
+            self._by_needle[id(rule_file)] = {n: tuple(v) for n, v in by_needle.items()}
+            self._unscreened[id(rule_file)] = tuple(unscreened)
+        # The triggers' needles over the whole message: a message with none of them triggers
+        # nothing, whatever its sentences (None: some trigger has no needles, always look).
+        self._any_trigger = self._trigger_screen(rules)
         # The gate lists each stage reads, sorted by scope once rather than per message.
         by_scope = lambda gates, scope: [g for g in gates if g.scope == scope]  # noqa: E731
         self._negative_message = by_scope(rules.gates("negative"), "message")
@@ -132,27 +160,31 @@ class Funnel:
         self._forget_script = {id(g): _SCRIPT_OF.get(f.language) for f in rules.files for g in f.forget}
         self._recall_all = rules.gates("recall_all")
 
+    def _trigger_screen(self, rules: RuleSet) -> frozenset[str] | None:
+        """Needles one of which any message some trigger can match holds (None: not known)."""
+        if any(self._unscreened.values()):
+            return None
+        return frozenset().union(*(by_needle.keys() for by_needle in self._by_needle.values()))
+
     # -- matching with a timeout -------------------------------------------------------
 
-    def _search(self, pattern: regex.Pattern, text: str, rule_id: str) -> regex.Match | None:
+    def _search(self, rule: Trigger | Gate, text: str, present: frozenset[str] | None = None
+                ) -> regex.Match | None:
+        """``rule.pattern.search(text)`` with the timeout; with ``present`` (the screen's needles
+        of ``text``), the rule's needle sets rule the search out first."""
+        if present is not None and not self._screen.may_match(id(rule), present):
+            return None
         try:
-            return pattern.search(text, timeout=self.timeout)
+            return rule.pattern.search(text, timeout=self.timeout)
         except TimeoutError:
-            log.warning("memo-mw: rule %s timed out on a message of %d characters; treated as no match",
-                        rule_id, len(text))
+            log.warning("memo-mw: rule %s of %s timed out on a message of %d characters; treated as no match",
+                        rule.id, rule.source, len(text))
             return None
 
-    def _ruled_out(self, prefilter: regex.Pattern, sentence: str, path: str) -> bool:
-        """True when the file's joined triggers surely do not match; a timeout is not a no."""
-        try:
-            return prefilter.search(sentence, timeout=self.timeout) is None
-        except TimeoutError:
-            log.warning("memo-mw: the joined triggers of %s timed out; trying them one by one", path)
-            return False
-
     def _gate_hit(self, gates: list[Gate], text: str) -> Gate | None:
+        present = self._screen.present(text) if gates else None
         for gate in gates:
-            if self._search(gate.pattern, text, gate.id) is not None:
+            if self._search(gate, text, present) is not None:
                 return gate
         return None
 
@@ -162,8 +194,11 @@ class Funnel:
         """NFKC, fillers removed, whitespace collapsed."""
         text = nfkc(text)
         scripts = _scripts(text)
+        present = self._screen.present(text)
         for needed, filler in self._fillers:
             if filler is None or (needed is not None and needed not in scripts):
+                continue
+            if not self._screen.may_match(id(filler), present):
                 continue
             try:
                 text = filler.sub("", text, timeout=self.timeout)
@@ -182,16 +217,19 @@ class Funnel:
         trace: list[tuple[str, str]] = []
         if not text:
             return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
+        present = self._screen.present(text)
+        forget = self._forget_request(text, present)
+        if forget is None and self._any_trigger is not None and self._any_trigger.isdisjoint(present):
+            trace.append(("trigger", "no trigger matched"))  # as _capture would say, without the sentences
+            return FunnelResult("no_trigger", trace=trace)
         sentences = self.sentences(text)
-
-        forget = self._forget_request(text)
         if forget is not None:
             gate, what = forget
             trace.append(("forget", f"{gate.id} ({gate.scope})"))
             candidates: list[Candidate] = []
             if gate.scope == "match":
                 # "Forget that I play tennis. I like golf now.": the other sentences still count.
-                rest = [s for s in sentences if self._search(gate.pattern, s, gate.id) is None]
+                rest = [s for s in sentences if self._search(gate, s, self._screen.present(s)) is None]
                 if rest:
                     candidates = self._capture(text, rest, trace)[1]
             return FunnelResult("forget", candidates=candidates, forget_scope=gate.scope, forget_match=what,
@@ -252,13 +290,13 @@ class Funnel:
                 trace.append((stage, f"{gate.id}: {gate.reason}"))
         return passed
 
-    def _forget_request(self, text: str) -> tuple[Gate, str | None] | None:
+    def _forget_request(self, text: str, present: frozenset[str]) -> tuple[Gate, str | None] | None:
         scripts = _scripts(text)
         for gate in self._forget:
             needed = self._forget_script.get(id(gate))
             if needed is not None and needed not in scripts:
                 continue
-            match = self._search(gate.pattern, text, gate.id)
+            match = self._search(gate, text, present)
             if match is None:
                 continue
             if gate.scope == "all":
@@ -275,21 +313,27 @@ class Funnel:
     def _triggers(self, sentences: list[str]) -> list[_Hit]:
         hits = []
         for sentence in sentences:
-            scripts, folded = _scripts(sentence), sentence.casefold()
+            scripts, present = _scripts(sentence), self._screen.present(sentence)
+            folded = None
             for rule_file in self.rules.files:
                 needed = _SCRIPT_OF.get(rule_file.language)
                 if needed is not None and needed not in scripts:
                     continue  # a Chinese rule cannot match a sentence without Chinese characters
-                prefilter = self._prefilters[id(rule_file)]
-                others_out = prefilter is not None and self._ruled_out(prefilter, sentence, rule_file.path)
+                # Only the triggers one of whose first needles is there can match (in file order).
+                by_needle = self._by_needle[id(rule_file)]
+                order = set(self._unscreened[id(rule_file)])
+                for needle in present:
+                    order.update(by_needle.get(needle, ()))
                 hit = None
-                for trigger in rule_file.triggers:
+                for i in sorted(order):
+                    trigger = rule_file.triggers[i]
+                    if not self._screen.may_match(id(trigger), present):
+                        continue
                     if trigger.requires:
+                        folded = sentence.casefold() if folded is None else folded
                         if not any(word in folded for word in trigger.requires):
                             continue
-                    elif others_out:
-                        continue
-                    match = self._search(trigger.pattern, sentence, trigger.id)
+                    match = self._search(trigger, sentence)
                     if match is not None:
                         hit = _Hit(sentence, trigger, match, rule_file)
                         break

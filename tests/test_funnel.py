@@ -131,18 +131,6 @@ def test_sensitive_gate_scope(tmp_path):
     assert funnel.process("My therapist says so. I like rain").stage == "sensitive"
 
 
-def test_a_timed_out_prefilter_falls_back_to_each_trigger(tmp_path, monkeypatch, caplog):
-    funnel = funnel_of(tmp_path, en=EN)
-
-    class Slow:
-        def search(self, *args, **kwargs):
-            raise TimeoutError
-
-    monkeypatch.setattr(funnel, "_prefilters", {k: Slow() for k in funnel._prefilters})
-    assert [c.content for c in funnel.process("I like jazz").candidates] == ["likes jazz"]
-    assert "trying them one by one" in caplog.text
-
-
 def test_key_prefixes_put_a_thing_in_one_slot(tmp_path):
     funnel = funnel_of(tmp_path, zh="""
         language: zh

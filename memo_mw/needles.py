@@ -1,0 +1,405 @@
+"""Literal needles of a pattern: strings one of which every match contains.
+
+Most messages trigger nothing, and most of a rule's patterns cannot match a message that lacks
+some literal words of it: ``\\bI\\s+(?:really\\s+)?(?:like|love)\\s+`` needs "like" or "love".
+Checking a few substrings (``str.__contains__``, tens of nanoseconds each) rules a pattern out far
+faster than running it. :func:`needles` reads a pattern and returns such sets (the most selective
+two: "我" and one of "喜欢", "爱", ...), or none when it cannot name one (a pattern made only of
+classes, or syntax it does not know): then the pattern is always run. A needle set is only ever
+a necessary condition, so screening with it changes no result, only the time spent finding it.
+
+Needles are compared case-insensitively, on text folded by :func:`fold`: the same folding for
+the needles and the text, checked against the ``regex`` module's own case-insensitive matching for
+every character (tests/test_needles.py). :class:`Screen` holds the needles of many patterns and
+finds all those a text holds in one pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import ahocorasick
+
+#: Most strings a needle set (or an exactly-known piece of a pattern) may hold.
+MAX_STRINGS = 64
+
+# str.casefold, plus the pairs the regex module's case-insensitive matching joins and casefold
+# does not: dotless i and dotted capital I match "i", U+1DF95 matches "ß".
+_SPECIAL = str.maketrans({"ı": "i", "İ": "i", "\U0001df95": "ß"})
+
+
+def fold(text: str) -> str:
+    """The form needles and texts are compared in."""
+    return text.translate(_SPECIAL).casefold()
+
+
+class Screen:
+    """The needle sets of many patterns, and one pass over a text to find which needles it holds.
+
+    Each pattern is added under a key with its needle sets (:func:`needles`, and any others the
+    caller knows: a trigger's ``requires`` words). ``present(text)`` folds the text and finds
+    every needle in it at once (an Aho-Corasick automaton, pyahocorasick: one pass in C whatever
+    the number of needles); ``may_match(key, present)`` then says whether that pattern can match:
+    every one of its sets has a needle there (a pattern without needle sets always can).
+    """
+
+    def __init__(self) -> None:
+        self._sets: dict[Any, tuple[frozenset[str], ...]] = {}
+        self._automaton: Any = None
+        self._words: set[str] = set()
+        self._on = True
+
+    @classmethod
+    def off(cls) -> "Screen":
+        """A screen that knows no needles: every pattern may match every text."""
+        screen = cls()
+        screen._on = False
+        return screen
+
+    def add(self, key: Any, sets: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
+        self._sets[key] = sets = tuple(s for s in sets if s) if self._on else ()
+        for needle in frozenset().union(*sets):
+            self._words.add(needle)
+        self._automaton = None  # built again on the next use
+        return sets
+
+    def sets(self, key: Any) -> tuple[frozenset[str], ...]:
+        return self._sets.get(key, ())
+
+    def present(self, text: str) -> frozenset[str]:
+        """The needles ``text`` holds (compared folded)."""
+        automaton = self._automaton
+        if automaton is None:
+            automaton = self._automaton = ahocorasick.Automaton()
+            for word in self._words:
+                automaton.add_word(word, word)
+            if not self._words:
+                return frozenset()
+            automaton.make_automaton()
+        if not self._words:
+            return frozenset()
+        return frozenset([needle for _, needle in automaton.iter(fold(text))])
+
+    def may_match(self, key: Any, present: frozenset[str]) -> bool:
+        """False when the pattern under ``key`` surely does not match a text holding just ``present``."""
+        for needles_ in self._sets.get(key, ()):
+            if needles_.isdisjoint(present):
+                return False
+        return True
+
+
+class _Unknown(Exception):
+    """Syntax this reader does not know: the pattern gets no needles."""
+
+
+@dataclass
+class _Info:
+    #: Every string the piece can match, when they are few and known (folded); else None.
+    exact: frozenset[str] | None
+    #: Needle sets of the piece: every match contains a string of each one.
+    needs: tuple[frozenset[str], ...] = ()
+    #: Strings every match starts with one of, and ends with one of (``x+``: "x" both), when known.
+    head: frozenset[str] | None = None
+    tail: frozenset[str] | None = None
+
+
+_EMPTY = _Info(frozenset({""}))  # zero-width: an anchor, a boundary, a lookaround
+_ANY = _Info(None)  # one character of a class, or anything unknown that consumes
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "e": "\x1b"}
+_ZERO_WIDTH_ESCAPES = set("bBAZGKmM")
+_CLASS_ESCAPES = set("dDwWsSX")
+
+
+def _useful(strings: frozenset[str] | None) -> frozenset[str] | None:
+    """A needle set without the strings that contain another of it (they add nothing), or None
+    when it says little (empty, holding the empty string or a lone Latin letter or digit, which
+    most texts have, or too large to be worth checking)."""
+    if not strings or any(s == "" or (len(s) == 1 and s.isascii() and s.isalnum()) for s in strings):
+        return None
+    kept = frozenset(s for s in strings if not any(o != s and o in s for o in strings))
+    return kept if len(kept) <= MAX_STRINGS else None
+
+
+def _rank(strings: frozenset[str]) -> tuple[int, int]:
+    """Selectivity: a longer shortest needle first, then fewer needles."""
+    return min(map(len, strings)), -len(strings)
+
+
+def _needs(*sets: frozenset[str] | None) -> tuple[frozenset[str], ...]:
+    found = {u for u in map(_useful, sets) if u is not None}
+    return tuple(sorted(found, key=_rank, reverse=True))
+
+
+def _all_needs(info: _Info) -> tuple[frozenset[str], ...]:
+    return _needs(*info.needs, info.exact)
+
+
+def _product(a: frozenset[str], b: frozenset[str]) -> frozenset[str] | None:
+    if len(a) * len(b) > MAX_STRINGS:
+        return None
+    return frozenset(x + y for x in a for y in b)
+
+
+class _Reader:
+    """A recursive-descent reader of the ``regex`` module's syntax (version 0), as far as needles need."""
+
+    def __init__(self, pattern: str):
+        self.p = pattern
+        self.i = 0
+
+    def peek(self, k: int = 0) -> str:
+        j = self.i + k
+        return self.p[j] if j < len(self.p) else ""
+
+    def alternation(self) -> _Info:
+        branches = [self.sequence()]
+        while self.peek() == "|":
+            self.i += 1
+            branches.append(self.sequence())
+        if len(branches) == 1:
+            return branches[0]
+        exact = None
+        if all(b.exact is not None for b in branches):
+            union = frozenset().union(*(b.exact for b in branches))
+            exact = union if len(union) <= MAX_STRINGS else None
+        # Every match is a match of one branch: a needle set of each branch, joined, is one of
+        # the whole. Joined twice: the best set of each branch, and the smallest of each.
+        options = [_all_needs(b) for b in branches]
+        needs: list[frozenset[str] | None] = []
+        if all(options):
+            needs.append(frozenset().union(*(o[0] for o in options)))
+            needs.append(frozenset().union(*(min(o, key=len) for o in options)))
+        return _Info(exact, _needs(*needs))
+
+    def sequence(self) -> _Info:
+        run: frozenset[str] = frozenset({""})  # the exact strings of the items since the last break
+        found: list[frozenset[str]] = []
+        whole = True  # every item so far exact: the run is the sequence's exact set
+        while self.i < len(self.p) and self.peek() not in "|)":
+            item = self.quantified()
+            if item.exact is not None:
+                joined = _product(run, item.exact)
+                if joined is not None:
+                    run = joined
+                    continue
+                found.append(run)  # too many: keep what the run had, start again from this item
+                run = item.exact
+            else:  # the run ends here, or with the item's first strings ("u" then "m+": "um")
+                found += [(_product(run, item.head) if item.head else None) or run, *item.needs]
+                run = item.tail or frozenset({""})
+            whole = False
+        return _Info(run if whole else None, _needs(*found, run))
+
+    def quantified(self) -> _Info:
+        atom = self.atom()
+        low, high = self.quantifier()
+        if low is None:
+            return atom
+        if self.peek() in ("?", "+"):  # lazy or possessive: the same strings
+            self.i += 1
+        needs = _all_needs(atom) if low >= 1 else ()
+        exact = None
+        if atom.exact is not None and high is not None and high <= 3:
+            strings: set[str] = set()
+            power = frozenset({""})
+            for count in range(high + 1):
+                if count >= low:
+                    strings.update(power)
+                if count < high:
+                    power = _product(power, atom.exact)
+                    if power is None:
+                        strings = set()
+                        break
+            if strings and len(strings) <= MAX_STRINGS:
+                exact = frozenset(strings)
+        if exact is None and low >= 1 and atom.exact is not None:
+            return _Info(None, needs, head=atom.exact, tail=atom.exact)
+        return _Info(exact, needs)
+
+    def quantifier(self) -> tuple[int | None, int | None]:
+        c = self.peek()
+        if c == "*":
+            self.i += 1
+            return 0, None
+        if c == "+":
+            self.i += 1
+            return 1, None
+        if c == "?":
+            self.i += 1
+            return 0, 1
+        if c == "{":
+            end = self.p.find("}", self.i)
+            if end < 0:
+                raise _Unknown("{")
+            body = self.p[self.i + 1 : end]
+            low, comma, high = body.partition(",")
+            if not (low.strip().isdigit() or (comma and not low.strip())) or \
+                    (comma and high.strip() and not high.strip().isdigit()):
+                raise _Unknown(body)  # a literal brace, or fuzzy matching: not read here
+            self.i = end + 1
+            low_n = int(low) if low.strip() else 0
+            if not comma:
+                return low_n, low_n
+            return low_n, int(high) if high.strip() else None
+        return None, None
+
+    def atom(self) -> _Info:
+        c = self.peek()
+        if c == "(":
+            return self.group()
+        if c == "[":
+            self.char_class()
+            return _ANY
+        if c == ".":
+            self.i += 1
+            return _ANY
+        if c in "^$":
+            self.i += 1
+            return _EMPTY
+        if c == "\\":
+            return self.escape()
+        if c in "*+?{":
+            raise _Unknown(c)  # a quantifier with nothing before it
+        self.i += 1
+        return _literal(c)
+
+    def escape(self) -> _Info:
+        self.i += 1
+        c = self.peek()
+        self.i += 1
+        if c == "":
+            raise _Unknown("\\")
+        if c in _ZERO_WIDTH_ESCAPES:
+            return _EMPTY
+        if c in _CLASS_ESCAPES:
+            return _ANY
+        if c in "pP":
+            if self.peek() == "{":
+                end = self.p.find("}", self.i)
+                if end < 0:
+                    raise _Unknown("\\p")
+                self.i = end + 1
+            else:
+                self.i += 1
+            return _ANY
+        if c in _ESCAPES:
+            return _literal(_ESCAPES[c])
+        if c in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[c]
+            if c == "x" and self.peek() == "{":
+                end = self.p.find("}", self.i)
+                digits = self.p[self.i + 1 : end] if end > 0 else ""
+                self.i = end + 1
+            else:
+                digits = self.p[self.i : self.i + width]
+                self.i += width
+            try:
+                return _literal(chr(int(digits, 16)))
+            except ValueError:
+                raise _Unknown("\\" + c) from None
+        if c.isalnum():
+            raise _Unknown("\\" + c)  # backreferences, named lists, \N{...}, octal: not read here
+        return _literal(c)  # an escaped punctuation character stands for itself
+
+    def char_class(self) -> None:
+        """Skip a character class: it matches one character, never a known literal."""
+        self.i += 1
+        if self.peek() == "^":
+            self.i += 1
+        if self.peek() == "]":
+            self.i += 1  # a leading "]" is a member
+        while True:
+            c = self.peek()
+            if c == "":
+                raise _Unknown("[")
+            if c == "\\":
+                self.i += 2
+                continue
+            if c == "[":
+                if self.peek(1) == ":":  # a POSIX class, [:alpha:]
+                    end = self.p.find(":]", self.i + 2)
+                    if end < 0:
+                        raise _Unknown("[:")
+                    self.i = end + 2
+                    continue
+                raise _Unknown("nested set")
+            self.i += 1
+            if c == "]":
+                return
+
+    def group(self) -> _Info:
+        self.i += 1
+        lookaround = False
+        if self.peek() == "?":
+            self.i += 1
+            c = self.peek()
+            if c == ":":
+                self.i += 1
+            elif c == ">":  # atomic: matches what its content matches
+                self.i += 1
+            elif c in "=!":
+                self.i += 1
+                lookaround = True
+            elif c == "<" and self.peek(1) in "=!":
+                self.i += 2
+                lookaround = True
+            elif c == "P" and self.peek(1) == "<" or c == "<":
+                end = self.p.find(">", self.i)
+                if end < 0:
+                    raise _Unknown("(?P<")
+                self.i = end + 1
+            elif c == "(":  # a conditional, (?(name)yes|no): one branch or the other, or nothing
+                end = self.p.find(")", self.i)
+                if end < 0:
+                    raise _Unknown("(?(")
+                self.i = end + 1
+                self.alternation()
+                if self.peek() != ")":
+                    raise _Unknown("(")
+                self.i += 1
+                return _ANY
+            elif c == "#":
+                end = self.p.find(")", self.i)
+                if end < 0:
+                    raise _Unknown("(?#")
+                self.i = end + 1
+                return _EMPTY
+            else:
+                # Scoped flags, (?-i:...) or (?s:...): the content's needles stand. Global
+                # flags, (?x) or (?V1), change how the rest reads: not read here.
+                j = self.i
+                while j < len(self.p) and (self.p[j].isalpha() or self.p[j] == "-"):
+                    j += 1
+                flags = self.p[self.i : j]
+                if j >= len(self.p) or self.p[j] != ":" or "x" in flags.lower() or "V" in flags:
+                    raise _Unknown("(?" + flags)
+                self.i = j + 1
+        inner = self.alternation()
+        if self.peek() != ")":
+            raise _Unknown("(")
+        self.i += 1
+        return _EMPTY if lookaround else inner
+
+
+def _literal(c: str) -> _Info:
+    return _Info(frozenset({fold(c)}))
+
+
+def needles(pattern: str, *, most: int = 2) -> tuple[frozenset[str], ...]:
+    """Needle sets (folded) of ``pattern``: every match contains a string of each set; the
+    ``most`` most selective ones. Empty when none is known (the pattern must always be run).
+
+    ``pattern`` is read as the rules compile it: the ``regex`` module's version 0 syntax,
+    case-insensitive. Anything this reader does not know gives no needles.
+    """
+    reader = _Reader(pattern)
+    try:
+        info = reader.alternation()
+        if reader.i != len(pattern):
+            return ()  # an unbalanced ")"
+    except (_Unknown, RecursionError):
+        return ()
+    return _all_needs(info)[:most]
