@@ -192,32 +192,43 @@ class Funnel:
 
     def clean(self, text: str) -> str:
         """NFKC, fillers removed, whitespace collapsed."""
+        return self._clean(text)[0]
+
+    def _clean(self, text: str) -> tuple[str, frozenset[str] | None]:
+        """The cleaned text, and its needles when no filler changed it (else None)."""
         text = nfkc(text)
         scripts = _scripts(text)
-        present = self._screen.present(text)
+        present: frozenset[str] | None = self._screen.present(text)
+        changed = False
         for needed, filler in self._fillers:
             if filler is None or (needed is not None and needed not in scripts):
                 continue
             if not self._screen.may_match(id(filler), present):
                 continue
             try:
-                text = filler.sub("", text, timeout=self.timeout)
+                cleaned = filler.sub("", text, timeout=self.timeout)
             except TimeoutError:
                 log.warning("memo-mw: a filler pattern timed out; left the text as it was")
+                continue
+            changed = changed or cleaned != text
+            text = cleaned
         # Runs of spaces become one; line breaks stay, as they end sentences.
-        return _BLANKS.sub(" ", text).strip()
+        cleaned = _BLANKS.sub(" ", text).strip()
+        return cleaned, (None if changed or cleaned != text else present)
 
     def sentences(self, text: str) -> list[str]:
         return [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
 
     def process(self, message: str) -> FunnelResult:
         """Run one user message through every stage."""
+        cleaned, present = self._clean(message or "")
         # PII is masked first, so no capture can cut an address in half and keep a piece.
-        text = mask_pii(self.clean(message or ""))
+        text = mask_pii(cleaned)
         trace: list[tuple[str, str]] = []
         if not text:
             return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
-        present = self._screen.present(text)
+        if present is None or text != cleaned:
+            present = self._screen.present(text)
         forget = self._forget_request(text, present)
         if forget is None and self._any_trigger is not None and self._any_trigger.isdisjoint(present):
             trace.append(("trigger", "no trigger matched"))  # as _capture would say, without the sentences
@@ -231,16 +242,17 @@ class Funnel:
                 # "Forget that I play tennis. I like golf now.": the other sentences still count.
                 rest = [s for s in sentences if self._search(gate, s, self._screen.present(s)) is None]
                 if rest:
-                    candidates = self._capture(text, rest, trace)[1]
+                    candidates = self._capture(text, rest, trace, present)[1]
             return FunnelResult("forget", candidates=candidates, forget_scope=gate.scope, forget_match=what,
                                 trace=trace)
-        stage, candidates = self._capture(text, sentences, trace)
+        stage, candidates = self._capture(text, sentences, trace, present)
         return FunnelResult(stage, candidates=candidates, trace=trace)
 
-    def _capture(self, text: str, sentences: list[str], trace: list[tuple[str, str]]
-                 ) -> tuple[str, list[Candidate]]:
-        """Trigger, length, negative, sensitive and compression stages over the given sentences."""
-        hits = self._triggers(sentences)
+    def _capture(self, text: str, sentences: list[str], trace: list[tuple[str, str]],
+                 present: frozenset[str]) -> tuple[str, list[Candidate]]:
+        """Trigger, length, negative, sensitive and compression stages over the given sentences
+        (``present``: the needles of ``text``)."""
+        hits = self._triggers(sentences, text, present)
         if not hits:
             trace.append(("trigger", "no trigger matched"))
             return "no_trigger", []
@@ -310,10 +322,11 @@ class Funnel:
         """True for questions like "what do you remember about me": recall everything, not just matches."""
         return self._gate_hit(self._recall_all, nfkc(message or "")) is not None
 
-    def _triggers(self, sentences: list[str]) -> list[_Hit]:
+    def _triggers(self, sentences: list[str], text: str, text_present: frozenset[str]) -> list[_Hit]:
         hits = []
         for sentence in sentences:
-            scripts, present = _scripts(sentence), self._screen.present(sentence)
+            present = text_present if sentence == text else self._screen.present(sentence)
+            scripts = _scripts(sentence)
             folded = None
             for rule_file in self.rules.files:
                 needed = _SCRIPT_OF.get(rule_file.language)

@@ -35,7 +35,7 @@ HAN_STOP_BIGRAMS = frozenset(
 
 def nfkc(text: str) -> str:
     """Unicode NFKC: full-width letters, digits and punctuation become their ASCII forms."""
-    return unicodedata.normalize("NFKC", text)
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
 
 
 def normalize(text: str) -> str:
@@ -64,21 +64,28 @@ def stem(word: str) -> str:
 
 
 @functools.lru_cache(maxsize=65536)
+def _word_token(word: str) -> str | None:
+    """A Latin word's token (stemmed), or None for a stopword or a single letter."""
+    word = word.replace("’", "'")
+    stemmed = stem(word)
+    if len(word) > 1 and word not in STOPWORDS and stemmed not in STOPWORDS:
+        return stemmed
+    return None
+
+
+@functools.lru_cache(maxsize=65536)
 def tokens(text: str) -> frozenset[str]:
     """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams.
 
     Cached: recall tokenises the same memory lines on every request.
     """
-    text = nfkc(text).casefold()
-    out: set[str] = set()
-    for word in _LATIN_WORD.findall(text):
-        word = word.replace("’", "'")
-        stemmed = stem(word)
-        if len(word) > 1 and word not in STOPWORDS and stemmed not in STOPWORDS:
-            out.add(stemmed)
-    for run in _HAN_RUN.findall(text):
-        out.update(c for c in run if c not in HAN_STOP)
-        out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
+    text = text.casefold() if text.isascii() else nfkc(text).casefold()  # ASCII is its own NFKC
+    out = set(map(_word_token, _LATIN_WORD.findall(text)))
+    out.discard(None)
+    if not text.isascii():
+        for run in _HAN_RUN.findall(text):
+            out.update(c for c in run if c not in HAN_STOP)
+            out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
     return frozenset(out)
 
 

@@ -19,6 +19,7 @@ from .text import nfkc, stem, tokens
 
 
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
+_NONE: frozenset[str] = frozenset()
 
 
 class TopicTagger:
@@ -54,7 +55,7 @@ class TopicTagger:
     def _tag(self, text: str) -> frozenset[str]:
         found: set[str] = set()
         for token in tokens(text):
-            found |= self._by_stem.get(token, set())
+            found |= self._by_stem.get(token, _NONE)
         folded = nfkc(text).casefold()
         if self._word_phrases:
             words = _WORDS.findall(folded)
