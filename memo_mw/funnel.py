@@ -213,7 +213,11 @@ class Funnel:
             changed = changed or cleaned != text
             text = cleaned
         # Runs of spaces become one; line breaks stay, as they end sentences.
-        cleaned = _BLANKS.sub(" ", text).strip()
+        if text.isascii() and "  " not in text and "\t" not in text and "\r" not in text \
+                and "\x0b" not in text and "\x0c" not in text:
+            cleaned = text.strip()  # nothing for _BLANKS to do
+        else:
+            cleaned = _BLANKS.sub(" ", text).strip()
         return cleaned, (None if changed or cleaned != text else present)
 
     def sentences(self, text: str) -> list[str]:
