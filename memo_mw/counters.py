@@ -24,6 +24,7 @@ Where the counts live:
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -45,7 +46,12 @@ _HAN = regex.compile(r"\p{Han}")
 
 def week_of(ts: float) -> str:
     """The ISO week of an epoch time (UTC), as ``YYYY-Www``: 2026-01-01 is ``2026-W01``."""
-    year, week, _ = datetime.datetime.fromtimestamp(float(ts), datetime.timezone.utc).isocalendar()
+    return _week_of_day(int(float(ts) // 86400))
+
+
+@functools.lru_cache(maxsize=64)
+def _week_of_day(day: int) -> str:  # every request asks: one computation per UTC day
+    year, week, _ = datetime.datetime.fromtimestamp(day * 86400, datetime.timezone.utc).isocalendar()
     return f"{year}-W{week:02d}"
 
 
