@@ -57,13 +57,17 @@ def relevance(query_tokens: set[str], memory_tokens: set[str]) -> float:
 def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None = None,
           config: RecallConfig = RecallConfig(), recall_all: bool = False,
           topics: Callable[[str], frozenset[str]] | None = None,
-          max_hits: int | None = None) -> list[dict[str, Any]]:
+          max_hits: int | None = None,
+          features: dict[int, tuple[frozenset[str], float, frozenset[str]]] | None = None
+          ) -> list[dict[str, Any]]:
     """The memories to inject for ``query``, best first, each with its ``score``.
 
     ``topics(text)`` tags text with the rules' topics; a memory sharing a topic with the
     query gains ``config.w_topic`` of relevance (a memory's stored tags are used when it has them).
     ``max_hits``: the most hits among the user's memories, by default the most among ``memories``
     (the index path passes it: it scores only some of them).
+    ``features``: by ``id()`` of a memory dict, what is computed here from it otherwise: its tokens,
+    their weight and its topics (memo_mw.memcache keeps them with the memories it keeps).
     """
     now = time.time() if now is None else now
     memories = list(memories)
@@ -76,39 +80,61 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     if max_hits is None:
         max_hits = max(int(m.get("hits") or 0) for m in memories)
     max_hits = max(config.hotness_full, max_hits)
+    hot_norm = math.log1p(max_hits) if max_hits else 0.0
+    q = sum(_weight(t) for t in query_tokens)  # as relevance() computes it
+    w_rel, w_rec, w_hot, w_topic, decay = (config.w_relevance, config.w_recency, config.w_hotness,
+                                           config.w_topic, config.decay)
+    features = features or {}
     scored = []
     for memory in memories:
         confirm = memory.get("status") == "pending_confirm"
         if not confirm and memory.get("expires_at") is not None and memory["expires_at"] <= now:
             continue  # expired: not injected until maintenance asks for a confirmation
-        rel = relevance(query_tokens, tokens(f"{memory['content']} {memory['key']}"))
+        known = features.get(id(memory))
+        if known is None:
+            memory_tokens = tokens(f"{memory['content']} {memory['key']}")
+            m = None
+        else:
+            memory_tokens, m, memory_topics = known
+        # relevance(query_tokens, memory_tokens), with the two sums computed once.
+        common = query_tokens & memory_tokens
+        if common:
+            if m is None:
+                m = sum(_weight(t) for t in memory_tokens)
+            rel = sum(_weight(t) for t in common) / math.sqrt(q * m)
+        else:
+            rel = 0.0
         if query_topics:
-            memory_topics = set(memory.get("topics") or ()) or topics(memory["content"])
+            if known is None:
+                memory_topics = set(memory.get("topics") or ()) or topics(memory["content"])
             if query_topics & memory_topics:
-                rel = min(1.0, rel + config.w_topic)
+                rel = min(1.0, rel + w_topic)
+        always = 2 if memory.get("type") == "style" else 1 if confirm else 0
+        if not (rel > 0 or always or recall_all):
+            continue
         last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
         days = max(0.0, (now - float(last)) / 86400)
-        recency = math.exp(-config.decay * days)
-        hotness = math.log1p(int(memory.get("hits") or 0)) / math.log1p(max_hits) if max_hits else 0.0
-        total = config.w_relevance * rel + config.w_recency * recency + config.w_hotness * hotness
+        recency = math.exp(-decay * days)
+        hotness = math.log1p(int(memory.get("hits") or 0)) / hot_norm if max_hits else 0.0
+        total = w_rel * rel + w_rec * recency + w_hot * hotness
         # Always in: how to answer (style), and an expired task's one request for confirmation.
-        always = 2 if memory.get("type") == "style" else 1 if confirm else 0
-        if rel > 0 or always or recall_all:
-            scored.append({**memory, "score": round(total, 6), "relevance": round(rel, 6), "_always": always})
+        scored.append((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0, rel, memory))
     # Style first, then confirmations, then by score; ties go to the more recent statement.
-    scored.sort(key=lambda m: (m["_always"], m["score"], m.get("source_ts") or 0, m["id"] or 0), reverse=True)
+    scored.sort(key=_order, reverse=True)
     chosen, used = [], 0
-    for memory in scored:
+    for always, total, _, _, rel, memory in scored:
         if len(chosen) >= config.k:
             break
         cost = len(line(memory))
         if used + cost > config.budget:
             continue
         used += cost
-        chosen.append(memory)
-    for memory in chosen:
-        del memory["_always"]
+        chosen.append({**memory, "score": total, "relevance": round(rel, 6)})
     return chosen
+
+
+def _order(entry: tuple) -> tuple:
+    return entry[:4]
 
 
 #: Brackets, and the look-alikes a model reads as brackets, become parentheses in memory text.
