@@ -11,7 +11,13 @@ queries (zh and en, a few "what do you remember about me") go through ``Recaller
 the middleware's settings (memories kept in the process for users up to
 ``RECALL_INDEX_MIN_MEMORIES``, the term index above) and without either (load the user's memories,
 score them in Python: the path before both), alternating, in the same run. Prints p50/p99 for both, their ratio, how many answers differed (must be 0) and
-how often the index path fell back to loading everything.
+how often the index path fell back to loading everything (``fallback``: the SQL term index; for
+users above ``RECALL_INDEX_MIN_MEMORIES`` kept in the process, how many requests needed more
+candidates or every memory that could score).
+
+``--db PATH`` keeps the store there, and a later run with the same ``--db`` and ``--rows`` uses it
+again instead of building it. ``--sizes`` also measures what a cached memory costs in each form
+of the cache (tracemalloc, the index included), and the RSS growth of caching the largest user.
 """
 
 from __future__ import annotations
@@ -156,6 +162,43 @@ def queries(rng: random.Random, n: int) -> list[str]:
     return out
 
 
+def _rows(path: str) -> int:
+    with Store(path, readonly=True) as store:
+        return store.db.execute("select count(*) from memories").fetchone()[0]
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith("VmRSS")).split()[1]) * 1024
+
+
+def sizes(path: str, funnel: Funnel) -> None:
+    """Bytes per cached memory in each form (tracemalloc: rows, index, ranking and the strings they
+    keep), and the RSS growth of caching the largest user."""
+    import gc
+    import tracemalloc
+
+    config = RecallConfig()
+    for user, form in (("big-100", "dicts"), ("big-1000", "ranked"), ("big-10000", "ranked")):
+        recaller = Recaller(path, funnel, config)
+        recaller.recall("u000000", "warm up", now=NOW)  # connections, statements, taggers
+        gc.collect()
+        rss = _rss()
+        recaller.recall(user, "hello", now=NOW)  # builds the entry (and its ranking)
+        gc.collect()
+        grew = _rss() - rss
+        n = recaller.cache._users[user].size
+        recaller.cache.clear()
+        gc.collect()
+        tracemalloc.start()
+        recaller.recall(user, "hello", now=NOW)
+        gc.collect()
+        traced = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        print(f"cached {user} ({form}): {traced / n:.0f} B per memory (tracemalloc), "
+              f"RSS +{grew / 2**20:.1f} MB ({grew / n:.0f} B per memory)")
+
+
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -167,12 +210,17 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--db", help="build here (default: a temporary folder, removed afterwards)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sizes", action="store_true", help="measure bytes per cached memory, each form")
     args = parser.parse_args()
     funnel = Funnel(load_rules())
     folder = None if args.db else tempfile.TemporaryDirectory(prefix="memo-bench-")
     path = args.db or os.path.join(folder.name, "memo.db")
     started = time.perf_counter()
-    big = build(path, args.rows, args.seed)
+    if args.db and Path(path).exists() and _rows(path) == args.rows:
+        big = {f"big-{n}": n for n in SIZES}
+        print(f"using {path} as built before")
+    else:
+        big = build(path, args.rows, args.seed)
     built = time.perf_counter() - started
     size = sum(p.stat().st_size for p in Path(path).parent.iterdir() if p.name.startswith(Path(path).name))
     print(f"built {args.rows} memories ({len(big)} measured users, the rest ~50 each) in {built:.0f} s, "
@@ -183,11 +231,11 @@ def main() -> None:
           f"{'ratio p50':>9} {'p99':>6}   differ  fallback")
     for user, n in big.items():
         indexed = Recaller(path, funnel, config, indexed=True)  # as the middleware runs it (cache, index)
-        plain = Recaller(path, funnel, config, indexed=False, cache_memories=0)  # load all, every time
+        plain = Recaller(path, funnel, config, indexed=False, cache_bytes=0)  # load all, every time
         for q in asked[:5]:  # warm: connections, caches, pages
             indexed.recall(user, q, now=NOW)
             plain.recall(user, q, now=NOW)
-        indexed.stats.update(indexed=0, fallback=0)
+        indexed.stats.clear()
         times = {"indexed": [], "plain": []}
         differ = 0
         for q in asked:
@@ -199,9 +247,17 @@ def main() -> None:
             differ += [(m["id"], m["score"]) for m in results["indexed"]] != [(m["id"], m["score"]) for m in results["plain"]]
         i50, i99, p50, p99 = (pct(times["indexed"], 0.5), pct(times["indexed"], 0.99),
                               pct(times["plain"], 0.5), pct(times["plain"], 0.99))
-        used = indexed.stats["indexed"]
+        stats = indexed.stats
+        if stats["ranked"]:
+            fell = f"{stats['ranked_retry']}+{stats['ranked_full']}/{stats['ranked']} (cached, retry+full)"
+        elif stats["indexed"]:
+            fell = f"{stats['fallback']}/{stats['indexed']} (SQL index)"
+        else:
+            fell = "0/0 (cached)"
         print(f"{n:>9}  {i50:>8.2f} ms {i99:>5.2f} ms   {p50:>9.2f} ms {p99:>5.2f} ms   "
-              f"{p50 / i50:>8.1f}x {p99 / i99:>5.1f}x   {differ:>6}  {indexed.stats['fallback']}/{used}")
+              f"{p50 / i50:>8.1f}x {p99 / i99:>5.1f}x   {differ:>6}  {fell}")
+    if args.sizes:
+        sizes(path, funnel)
     if folder is not None:
         folder.cleanup()
 

@@ -126,10 +126,20 @@ PENDING_TTL = 600
 #: queries (see bench/recall.py), and it is the reference the index path must agree with.
 RECALL_INDEX_MIN_MEMORIES = 300
 
-#: Memories the web process keeps for recall (memo_mw.memcache), over all users; the least
-#: recently used users go first. A user with more than RECALL_INDEX_MIN_MEMORIES is read through
-#: the term index instead. 0 turns the cache off. About 1.5 KB each.
-RECALL_CACHE_MEMORIES = 10_000
+#: Bytes (estimated) of memories the web process keeps for recall (memo_mw.memcache), over all
+#: users; the least recently used users go first. A user with up to RECALL_INDEX_MIN_MEMORIES is
+#: kept as dicts (about 3 KB a memory: the fastest for a few), a larger one compactly (about 0.9
+#: KB a memory, recalled through bounds). 16 MB: ~5,000 memories of small users, or one user with
+#: 10,000 and ~2,000 of small ones. 0 turns the cache off.
+RECALL_CACHE_BYTES = 16 * 2**20
+
+#: The most memories of one user the cache keeps; a larger user is read through the term index.
+RECALL_CACHE_USER_MEMORIES = 20_000
+
+#: Cached large user: how many of the memories sharing a token (and of those sharing a topic) are
+#: scored, those with the best possible score. The k-th pick must beat the best left out (checked);
+#: when it does not, eight times as many, then every memory that could score.
+RECALL_CACHE_CANDIDATES = 10
 
 #: Index path: how many of the memories sharing a term with the message are loaded and scored
 #: (those with the best possible score). Far more than k, so the k-th pick nearly always beats

@@ -4,23 +4,56 @@ Loading a user's memories from SQLite and tokenising them costs far more than th
 work for a request; they change rarely (when a job stores, merges, forgets or counts). So the
 recaller keeps them here, with an inverted index of their tokens and topics, and checks one row
 per request: the user's version in ``user_versions``, which triggers change with every write to
-the user's memories (m004). The cache is bounded by the number of memories it holds (least
+the user's memories (m004). The cache is bounded by an estimate of the bytes it holds (least
 recently used users go first); a user with more memories than ``max_user`` is not cached (recall
 reads them through the SQL term index instead).
 
-Recall through the index scores only the memories that could score: those sharing a token or a
-topic with the message, and those always shown (style; an expired task awaiting confirmation).
-That is every memory :func:`memo_mw.recall.score` would keep, so the answer is the same.
+Two forms, both giving exactly what scoring every memory gives:
+
+* :class:`UserMemories`, for a user with few memories (``RECALL_INDEX_MIN_MEMORIES`` or fewer):
+  the memories as dicts, ready to score. A request scores only the memories that could score:
+  those sharing a token or a topic with the message, and those always shown (style; an expired
+  task awaiting confirmation). That is every memory :func:`memo_mw.recall.score` would keep.
+* :class:`RankedMemories`, for a user with many: the rows as compact tuples (a dict is built only
+  for a memory a request scores), per-token and per-topic lists, and each memory's best possible
+  recency and hotness. A request takes the memories with the best possible score (exact lexical
+  relevance from the token lists, the topic bonus, the memory's own recency and hotness), scores
+  them with :func:`memo_mw.recall.score`, and checks that nothing left out could have entered
+  the top k (the k-th pick scores above the best bound left out, as the SQL term index does);
+  when it cannot be sure it scores every memory that could score.
 """
 
 from __future__ import annotations
 
 import collections
+import heapq
+import json
+import math
 import threading
+from array import array
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import defaults
+from .recall import RecallConfig, _weight, score
+from .store import MEMORY_COLUMNS, row_to_memory
 from .text import tokens
+
+#: Estimated bytes a cached memory costs in each form (bench/recall.py --sizes measures them):
+#: what the cache's byte bound counts.
+DICT_BYTES = 3000
+RANKED_BYTES = 900
+
+_COL = {name: i for i, name in enumerate(MEMORY_COLUMNS)}
+#: Columns with few distinct values: one string object for all rows of an entry.
+_SHARED = tuple(_COL[c] for c in ("user_id", "type", "status", "source_session", "source_ids", "rule_id",
+                                  "topics", "language"))
+#: The hottest memories a ranked recall always scores: the hotness normalisation is exact when
+#: one of them is still visible to the request.
+HOTTEST = 8
+#: A ranking's recency bounds hold for later requests; it is computed again after this long, so
+#: that they stay tight.
+RERANK_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +64,8 @@ class UserMemories:
     by_topic: dict[str, tuple[int, ...]]
     always: tuple[int, ...]
     max_hits: int
+    #: What recall.score computes from each memory (by id() of its dict): tokens, their weight, topics.
+    features: dict[int, tuple[frozenset[str], float, frozenset[str]]]
 
     @classmethod
     def build(cls, version: int | None, memories: list[dict[str, Any]],
@@ -38,16 +73,28 @@ class UserMemories:
         by_token: dict[str, list[int]] = collections.defaultdict(list)
         by_topic: dict[str, list[int]] = collections.defaultdict(list)
         always = []
+        features = {}
         for i, memory in enumerate(memories):
-            for token in tokens(f"{memory['content']} {memory['key']}"):
+            words = tokens(f"{memory['content']} {memory['key']}")
+            for token in words:
                 by_token[token].append(i)
-            for topic in set(memory.get("topics") or ()) or tag(memory["content"]):
+            topics = frozenset(memory.get("topics") or ()) or tag(memory["content"])
+            for topic in topics:
                 by_topic[topic].append(i)
             if memory.get("type") == "style" or memory.get("status") == "pending_confirm":
                 always.append(i)
+            features[id(memory)] = (words, sum(_weight(t) for t in words), topics)
         return cls(version, memories, {t: tuple(v) for t, v in by_token.items()},
                    {t: tuple(v) for t, v in by_topic.items()}, tuple(always),
-                   max((int(m.get("hits") or 0) for m in memories), default=0))
+                   max((int(m.get("hits") or 0) for m in memories), default=0), features)
+
+    @property
+    def size(self) -> int:
+        return len(self.memories)
+
+    @property
+    def cost(self) -> int:
+        return len(self.memories) * DICT_BYTES
 
     def candidates(self, message_tokens: frozenset[str] | set[str], message_topics: frozenset[str]) -> list[dict[str, Any]]:
         """The memories that may score for a message with these tokens and topics, in stored order."""
@@ -59,18 +106,238 @@ class UserMemories:
         return [self.memories[i] for i in sorted(picked)]
 
 
-class MemoryCache:
-    """A bounded, thread-safe map of user id to :class:`UserMemories`."""
+@dataclass(frozen=True)
+class _Ranking:
+    """Best possible recency and hotness of each memory, for requests at ``now`` or later."""
+    key: tuple
+    now: float
+    static: array  # w_recency * recency + w_hotness * hotness at ``now``, hottest normalised as stored
+    order: array  # every memory, best static first
+    by_topic: dict[str, array]  # each topic's memories, best static first
 
-    def __init__(self, *, max_memories: int, max_user: int):
-        self.max_memories = max_memories
+
+def _postings(indexes: list[int]) -> tuple[int, ...] | array:
+    # A short list as a tuple (of shared int objects), a long one as 4 bytes an entry.
+    return tuple(indexes) if len(indexes) < 16 else array("I", indexes)
+
+
+class RankedMemories:
+    """A user with many memories, kept compact, recalled through bounds (see the module doc)."""
+
+    def __init__(self, version: int | None, rows: list[tuple], tag: Callable[[str], frozenset[str]]):
+        self.version = version
+        shared: dict[Any, Any] = {}
+        index = list(range(len(rows)))
+        kept, norms, hits, lasts = [], array("d"), array("q"), array("d")
+        by_token: dict[str, list[int]] = collections.defaultdict(list)
+        by_topic: dict[str, list[int]] = collections.defaultdict(list)
+        topic_sets: dict[frozenset[str], frozenset[str]] = {}
+        topics_of, always, keys = [], [], []
+        # Not through the tokens() cache: ten thousand lines would push out the ones recall reuses.
+        tokenize = getattr(tokens, "__wrapped__", tokens)
+        c_content, c_key, c_excerpt, c_topics = _COL["content"], _COL["key"], _COL["excerpt"], _COL["topics"]
+        c_type, c_status, c_hits = _COL["type"], _COL["status"], _COL["hits"]
+        c_last, c_ts, c_created = _COL["last_accessed"], _COL["source_ts"], _COL["created_at"]
+        for i, row in zip(index, rows):
+            row = list(row)
+            for c in _SHARED:
+                value = row[c]
+                if isinstance(value, str):
+                    row[c] = shared.setdefault(value, value)
+            if row[c_excerpt] == row[c_content]:
+                row[c_excerpt] = row[c_content]
+            row = tuple(row)
+            kept.append(row)
+            words = tokenize(f"{row[c_content]} {row[c_key]}")
+            for token in words:
+                by_token[token].append(i)
+            norms.append(float(sum(_weight(t) for t in words)))
+            stored = row[c_topics]
+            topic_set = frozenset(json.loads(stored) if stored and stored != "[]" else ()) or tag(row[c_content])
+            topic_set = topic_sets.setdefault(topic_set, topic_set)
+            topics_of.append(topic_set)
+            for topic in topic_set:
+                by_topic[topic].append(i)
+            if row[c_type] == "style" or row[c_status] == "pending_confirm":
+                always.append(i)
+            hits.append(int(row[c_hits] or 0))
+            last = row[c_last] or row[c_ts] or row[c_created]
+            lasts.append(float(last) if last else math.nan)  # nan: recall counts it as used now
+            keys.append(row[c_key])
+        self.rows = kept
+        self.norms, self.hits, self.lasts = norms, hits, lasts
+        self.by_token = {t: _postings(v) for t, v in by_token.items()}
+        self.by_topic = {t: _postings(v) for t, v in by_topic.items()}
+        self.topics_of = topics_of
+        self.always = tuple(always)
+        self.max_hits = max(hits, default=0)
+        self.hottest = tuple(heapq.nsmallest(HOTTEST, index, key=lambda i: (-hits[i], self.rows[i][0])))
+        self._keys = keys
+        self._by_key: dict[str, list[int]] | None = None
+        self._ranking: _Ranking | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+    @property
+    def cost(self) -> int:
+        return len(self.rows) * RANKED_BYTES
+
+    def ranking(self, config: RecallConfig, now: float) -> _Ranking:
+        key = (config.w_recency, config.w_hotness, config.decay, config.hotness_full)
+        ranking = self._ranking
+        if ranking is not None and ranking.key == key and ranking.now <= now < ranking.now + RERANK_SECONDS:
+            return ranking
+        most = max(config.hotness_full, self.max_hits)
+        norm = math.log1p(most) if most else 0.0
+        w_rec, w_hot, decay = config.w_recency, config.w_hotness, config.decay
+        static = array("d", (
+            w_rec * (1.0 if last != last else math.exp(-decay * max(0.0, (now - last) / 86400)))
+            + (w_hot * math.log1p(h) / norm if norm else 0.0)
+            for last, h in zip(self.lasts, self.hits)))
+        best = static.__getitem__
+        ranking = _Ranking(key, now, static, array("I", sorted(range(len(static)), key=best, reverse=True)),
+                           {t: array("I", sorted(v, key=best, reverse=True)) for t, v in self.by_topic.items()})
+        self._ranking = ranking  # one assignment: a request sees this ranking or the last
+        return ranking
+
+    def same_key(self, keys: set[str]) -> list[int]:
+        """The memories on these slots (a pending statement on one replaces them)."""
+        by_key = self._by_key
+        if by_key is None:
+            by_key = collections.defaultdict(list)
+            for i, key in enumerate(self._keys):
+                by_key[key].append(i)
+            self._by_key = by_key = dict(by_key)
+        return [i for k in keys for i in by_key.get(k, ())]
+
+    def recall(self, message: str, *, now: float, config: RecallConfig, recall_all: bool,
+               tag: Callable[[str], frozenset[str]] | None,
+               visible: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], pending_keys: set[str],
+               candidates: int = defaults.RECALL_CACHE_CANDIDATES,
+               stats: collections.Counter | None = None) -> list[dict[str, Any]]:
+        """What :func:`memo_mw.recall.score` picks from every memory ``visible`` lets through.
+
+        ``stats`` counts the requests that needed more candidates (``ranked_retry``) or every
+        memory that could score (``ranked_full``).
+        """
+        query_tokens = tokens(message)
+        query_topics = tag(message) if tag is not None else frozenset()
+        ranking = self.ranking(config, now)
+        static = ranking.static
+        # Exact lexical relevance of every memory sharing a token: the weight in common, counted
+        # in C (Counter.update) for words and bigrams (weight 1) and single characters (0.3) apart.
+        words: collections.Counter = collections.Counter()
+        chars: collections.Counter = collections.Counter()
+        for token in query_tokens:
+            postings = self.by_token.get(token)
+            if postings:
+                (chars if len(token) == 1 else words).update(postings)
+        w_rel, w_topic = config.w_relevance, config.w_topic
+        ubs: list[float] = []  # the best score each memory sharing a token could have
+        ids: list[int] = []
+        if words or chars:
+            q = sum(_weight(t) for t in query_tokens)
+            norms, topics_of, sqrt = self.norms, self.topics_of, math.sqrt
+            weight = _weight("xx")
+            light = _weight("字")
+            ids = list((words | chars) if chars and words else (words or chars))
+            wget, cget = words.get, chars.get
+            for i in ids:
+                rel = (wget(i, 0) * weight + cget(i, 0) * light) / sqrt(q * norms[i])
+                if query_topics and not query_topics.isdisjoint(topics_of[i]):
+                    rel = min(1.0, rel + w_topic)
+                ubs.append(w_rel * rel + static[i])
+        # Best first (sorted in C, with no tuple per memory: fewer objects for the collector).
+        lexical = sorted(range(len(ubs)), key=ubs.__getitem__, reverse=True)
+        topic_lists = [ranking.by_topic[t] for t in query_topics if t in ranking.by_topic]
+        topic_only = w_rel * min(1.0, w_topic)  # the relevance of a memory sharing a topic and no token
+        hottest_ids = {self.rows[i][0] for i in self.hottest}
+        fixed = set(self.always) | set(self.hottest)
+        if pending_keys:
+            fixed.update(self.same_key(pending_keys))
+        for size in (candidates, candidates * 8):
+            if size != candidates and stats is not None:
+                stats["ranked_retry"] += 1
+            picked = set(fixed)
+            bounds = []
+            picked.update(ids[j] for j in lexical[:size])
+            if len(lexical) > size:
+                bounds.append(ubs[lexical[size]])
+            for memories in topic_lists:
+                picked.update(memories[:size])
+                if len(memories) > size:
+                    bounds.append(topic_only + static[memories[size]])
+            if recall_all:
+                picked.update(ranking.order[:size])
+                if len(ranking.order) > size:
+                    bounds.append(static[ranking.order[size]])
+            chosen, most = self._score(picked, message, now, config, recall_all, tag, visible, hottest_ids)
+            if most is None:
+                break  # the hottest memories are all hidden: the normalisation needs every memory
+            if not bounds:  # nothing that could score was left out
+                return chosen
+            if len(chosen) >= config.k:
+                last = chosen[-1]
+                if last.get("type") == "style" or last.get("status") == "pending_confirm":
+                    return chosen  # all k are always shown: whatever was left out ranks below them
+                # Hotness is normalised by the hottest visible memory, which may be below the
+                # hottest stored one (a forget request hides it): the bounds grow by as much.
+                floor = max(config.hotness_full, most)
+                stretch = (math.log1p(max(config.hotness_full, self.max_hits)) / math.log1p(floor) - 1.0) \
+                    if floor else 0.0
+                if max(bounds) + config.w_hotness * stretch + 1e-9 < last["score"] - 1e-6:
+                    return chosen
+        if stats is not None:
+            stats["ranked_full"] += 1
+        if most is not None and not recall_all:
+            # Not sure: every memory that could score (shares a token or a topic, or always shown).
+            picked = set(fixed)
+            picked.update(ids)
+            for memories in topic_lists:
+                picked.update(memories)
+            chosen, most = self._score(picked, message, now, config, recall_all, tag, visible, hottest_ids)
+            if most is not None:
+                return chosen
+        return score(visible([row_to_memory(r) for r in self.rows]), message, now=now, config=config,
+                     recall_all=recall_all, topics=tag)
+
+    def _score(self, picked: set[int], message: str, now: float, config: RecallConfig, recall_all: bool,
+               tag: Callable[[str], frozenset[str]] | None,
+               visible: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], hottest_ids: set[int]
+               ) -> tuple[list[dict[str, Any]], int | None]:
+        """The picks among these memories, and the most hits among the visible ones (None when
+        none of the hottest is visible: then that is not the most among all)."""
+        rows = self.rows
+        memories = visible([row_to_memory(rows[i]) for i in sorted(picked)])
+        if len(self.hottest) >= HOTTEST and not any(m["id"] in hottest_ids for m in memories):
+            return [], None
+        most = max((int(m.get("hits") or 0) for m in memories), default=0)
+        return score(memories, message, now=now, config=config, recall_all=recall_all, topics=tag,
+                     max_hits=most), most
+
+
+Entry = UserMemories | RankedMemories
+
+
+class MemoryCache:
+    """A bounded, thread-safe map of user id to its cached memories (either form)."""
+
+    def __init__(self, *, max_bytes: int, max_user: int):
+        self.max_bytes = max_bytes
         self.max_user = max_user
-        self._users: collections.OrderedDict[str, UserMemories] = collections.OrderedDict()
-        self._size = 0
+        self._users: collections.OrderedDict[str, Entry] = collections.OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
         self.stats = collections.Counter()
 
-    def get(self, user_id: str, version: int | None) -> UserMemories | None:
+    @property
+    def bytes(self) -> int:
+        """The estimated bytes of what is cached."""
+        return self._bytes
+
+    def get(self, user_id: str, version: int | None) -> Entry | None:
         with self._lock:
             entry = self._users.get(user_id)
             if entry is None or entry.version != version:
@@ -80,20 +347,25 @@ class MemoryCache:
             self.stats["hit"] += 1
             return entry
 
-    def put(self, user_id: str, entry: UserMemories) -> None:
-        if len(entry.memories) > self.max_user or self.max_memories <= 0:
+    def put(self, user_id: str, entry: Entry) -> None:
+        if entry.size > self.max_user or entry.cost > self.max_bytes:
+            with self._lock:  # too large to keep; an older copy must not be served either
+                old = self._users.pop(user_id, None)
+                if old is not None:
+                    self._bytes -= old.cost
             return
         with self._lock:
             old = self._users.pop(user_id, None)
             if old is not None:
-                self._size -= len(old.memories)
+                self._bytes -= old.cost
             self._users[user_id] = entry
-            self._size += len(entry.memories)
-            while self._size > self.max_memories and len(self._users) > 1:
+            self._bytes += entry.cost
+            while self._bytes > self.max_bytes and len(self._users) > 1:
                 _, evicted = self._users.popitem(last=False)
-                self._size -= len(evicted.memories)
+                self._bytes -= evicted.cost
+                self.stats["evicted"] += 1
 
     def clear(self) -> None:
         with self._lock:
             self._users.clear()
-            self._size = 0
+            self._bytes = 0

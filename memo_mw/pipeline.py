@@ -7,6 +7,7 @@ remembered exactly as live traffic would be.
 
 from __future__ import annotations
 
+import collections
 import queue
 import sqlite3
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from . import defaults, index
 from . import index_queries as queries
 from .funnel import Funnel, FunnelResult
-from .memcache import MemoryCache, UserMemories
+from .memcache import MemoryCache, RankedMemories, UserMemories
 from .recall import RecallConfig, score
 from .store import Store
 from .userstate import EMPTY, UserState, forgotten
@@ -50,7 +51,9 @@ class Recaller:
     def __init__(self, db: str, funnel: Funnel, config: RecallConfig, *, indexed: bool = True,
                  index_min: int = defaults.RECALL_INDEX_MIN_MEMORIES,
                  index_candidates: int = defaults.RECALL_INDEX_CANDIDATES,
-                 cache_memories: int = defaults.RECALL_CACHE_MEMORIES):
+                 cache_bytes: int = defaults.RECALL_CACHE_BYTES,
+                 cache_user: int = defaults.RECALL_CACHE_USER_MEMORIES,
+                 cache_candidates: int = defaults.RECALL_CACHE_CANDIDATES):
         self.db = db
         self.funnel = funnel
         self.config = config
@@ -58,12 +61,14 @@ class Recaller:
         self.indexed = indexed
         self.index_min = index_min
         self.index_candidates = index_candidates
-        #: How many recalls went through the index, and how many of those fell back to loading all.
-        self.stats = {"indexed": 0, "fallback": 0}
+        #: How many recalls went through the index, and how many of those fell back to loading all;
+        #: cached large users: how many needed more candidates, and every memory that could score.
+        self.stats = collections.Counter(indexed=0, fallback=0, ranked=0, ranked_retry=0, ranked_full=0)
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
         #: Users' memories kept in this process (memo_mw.memcache); None: read them every time.
-        self.cache = MemoryCache(max_memories=cache_memories, max_user=min(index_min, cache_memories)) \
-            if cache_memories else None
+        #: Up to ``index_min`` memories as dicts, more (up to ``cache_user``) in the ranked form.
+        self.cache = MemoryCache(max_bytes=cache_bytes, max_user=cache_user) if cache_bytes else None
+        self.cache_candidates = cache_candidates
 
     def recall(self, user_id: str, message: str, *, now: float, state: UserState = EMPTY,
                config: RecallConfig | None = None) -> list[dict[str, Any]]:
@@ -107,7 +112,7 @@ class Recaller:
         self._pool.put(store)
         return chosen
 
-    def _cached(self, store: Store, user_id: str) -> UserMemories | None:
+    def _cached(self, store: Store, user_id: str) -> UserMemories | RankedMemories | None:
         """The user's memories from the cache (loaded into it when missing or changed), or None
         when the user has too many to cache (or the cache is off, or the database predates it)."""
         if self.cache is None:
@@ -118,28 +123,42 @@ class Recaller:
             return None
         version = row[0] if row else None
         entry = self.cache.get(user_id, version)
-        if entry is None and queries.active_count(store, user_id) <= self.cache.max_user:
+        if entry is None:
+            count = queries.active_count(store, user_id)
+            if count > self.cache.max_user:
+                return None
             # Read the version again after the rows: a write in between must not be cached as
             # the version before it (the next request would trust stale rows).
             store.db.execute("begin")
             try:
                 row = store.db.execute("select version from user_versions where user_id = ?", [user_id]).fetchone()
-                entry = UserMemories.build(row[0] if row else None, store.recall_candidates(user_id),
-                                           self.funnel.topics.tag)
+                version = row[0] if row else None
+                if count > self.index_min:
+                    entry = RankedMemories(version, queries.raw_rows(store, user_id), self.funnel.topics.tag)
+                else:
+                    entry = UserMemories.build(version, store.recall_candidates(user_id), self.funnel.topics.tag)
             finally:
                 store.db.execute("commit")
             self.cache.put(user_id, entry)
         return entry
 
-    def _from_cache(self, entry: UserMemories, message: str, *, now: float, state: UserState,
+    def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
                     config: RecallConfig, recall_all: bool) -> list[dict[str, Any]]:
         tag = self.funnel.topics.tag
-        if recall_all or state.pending:  # everything may show, or pending statements replace slots
+        if isinstance(entry, RankedMemories):
+            self.stats["ranked"] += 1
+            pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
+            return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=tag,
+                                visible=lambda memories: visible(memories, state), pending_keys=pending_keys,
+                                candidates=self.cache_candidates, stats=self.stats)
+        if recall_all or state.pending or state.forgets or state.shown:
+            # Everything may show, pending statements replace slots, or what is hidden changes
+            # the hottest memory (hotness is normalised by the hottest visible one).
             memories, max_hits = entry.memories, None
         else:  # only what shares a token or topic with the message can score (and style, confirmations)
             memories, max_hits = entry.candidates(tokens(message), tag(message)), entry.max_hits
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
-                     topics=tag, max_hits=max_hits)
+                     topics=tag, max_hits=max_hits, features=entry.features)
 
 
 def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:

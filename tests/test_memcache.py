@@ -42,7 +42,7 @@ def test_cached_and_uncached_recall_agree(db, funnel):
     for i, text in enumerate(STATEMENTS):
         say(db, funnel, "alice", text, NOW - 86400 * i)
     cached = Recaller(db, funnel, RecallConfig())
-    plain = Recaller(db, funnel, RecallConfig(), cache_memories=0)
+    plain = Recaller(db, funnel, RecallConfig(), cache_bytes=0)
     assert answers(cached, "alice") == answers(plain, "alice")
     assert answers(cached, "alice") == answers(plain, "alice")  # and again, from the cache
     assert cached.cache.stats["hit"] >= len(QUERIES)
@@ -75,7 +75,7 @@ def test_users_are_cached_apart_and_evicted_least_recent_first(funnel):
         return UserMemories.build(1, [{"content": f"likes thing {i}", "key": f"thing {i}", "type": "preference"}
                                       for i in range(n)], funnel.topics.tag)
 
-    cache = MemoryCache(max_memories=10, max_user=6)
+    cache = MemoryCache(max_bytes=entry(10).cost, max_user=6)
     cache.put("a", entry(4))
     cache.put("b", entry(4))
     assert cache.get("a", 1) is not None  # a is now the most recent
@@ -84,3 +84,19 @@ def test_users_are_cached_apart_and_evicted_least_recent_first(funnel):
     cache.put("d", entry(7))  # more than max_user: not cached
     assert cache.get("d", 1) is None
     assert cache.get("a", 2) is None  # another version is a miss
+
+
+def test_hiding_the_hottest_memory_changes_every_score(db, funnel):
+    """Hotness is normalised by the hottest memory the request sees: when a forget request hides
+    the hottest one, the cache must score as loading everything does."""
+    for i, text in enumerate(STATEMENTS):
+        say(db, funnel, "alice", text, NOW - 86400 * i)
+    with Store(db) as store:
+        tea = next(m for m in store.memories("alice") if "green tea" in m["content"])
+        store.touch("alice", {tea["id"]: 60}, NOW)
+        store.touch("alice", {m["id"]: 12 for m in store.memories("alice") if m["id"] != tea["id"]}, NOW - 86400)
+    cached = Recaller(db, funnel, RecallConfig())
+    plain = Recaller(db, funnel, RecallConfig(), cache_bytes=0)
+    state = UserState([], [forget_marker("green tea", NOW)], set())
+    assert answers(cached, "alice", state) == answers(plain, "alice", state)
+    assert answers(cached, "alice") == answers(plain, "alice")

@@ -166,7 +166,9 @@ def recallers(db, **kw):
     funnel = Funnel(load_rules())
     funnel.topics = TopicTagger(LEXICON)
     config = RecallConfig(k=10, budget=10_000)
-    return (Recaller(db, funnel, config, indexed=True, **kw), Recaller(db, funnel, config, indexed=False))
+    # The SQL term index: the in-process cache off (it would keep these users; see test_memcache_ranked).
+    return (Recaller(db, funnel, config, indexed=True, cache_bytes=0, **kw),
+            Recaller(db, funnel, config, indexed=False, cache_bytes=0))
 
 
 def same(indexed: Recaller, plain: Recaller, user: str, query: str, now: float, state=None) -> list:
