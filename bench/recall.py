@@ -172,31 +172,41 @@ def _rss() -> int:
         return int(next(line for line in status if line.startswith("VmRSS")).split()[1]) * 1024
 
 
-def sizes(path: str, funnel: Funnel) -> None:
-    """Bytes per cached memory in each form (tracemalloc: rows, index, ranking and the strings they
-    keep), and the RSS growth of caching the largest user."""
+def sizes(path: str) -> None:
+    """Bytes per cached memory in each form, each measured in a new process: the RSS growth of
+    caching the user, and what tracemalloc counts (rows, index, ranking and the strings they keep)."""
+    import subprocess
+
+    for user, form in (("big-100", "dicts"), ("big-1000", "ranked"), ("big-10000", "ranked")):
+        code = f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); " \
+               f"from bench.recall import size_of; size_of({path!r}, {user!r})"
+        rss, traced, n = map(int, subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                 check=True).stdout.split())
+        print(f"cached {user} ({form}): {traced / n:.0f} B per memory (tracemalloc), "
+              f"RSS +{rss / 2**20:.1f} MB ({rss / n:.0f} B per memory)")
+
+
+def size_of(path: str, user: str) -> None:
     import gc
     import tracemalloc
 
-    config = RecallConfig()
-    for user, form in (("big-100", "dicts"), ("big-1000", "ranked"), ("big-10000", "ranked")):
-        recaller = Recaller(path, funnel, config)
-        recaller.recall("u000000", "warm up", now=NOW)  # connections, statements, taggers
-        gc.collect()
-        rss = _rss()
-        recaller.recall(user, "hello", now=NOW)  # builds the entry (and its ranking)
-        gc.collect()
-        grew = _rss() - rss
-        n = recaller.cache._users[user].size
-        recaller.cache.clear()
-        gc.collect()
-        tracemalloc.start()
-        recaller.recall(user, "hello", now=NOW)
-        gc.collect()
-        traced = tracemalloc.get_traced_memory()[0]
-        tracemalloc.stop()
-        print(f"cached {user} ({form}): {traced / n:.0f} B per memory (tracemalloc), "
-              f"RSS +{grew / 2**20:.1f} MB ({grew / n:.0f} B per memory)")
+    funnel = Funnel(load_rules())
+    recaller = Recaller(path, funnel, RecallConfig())
+    recaller.recall("u000000", "warm up", now=NOW)  # connections, statements, taggers
+    gc.collect()
+    rss = _rss()
+    recaller.recall(user, "hello", now=NOW)  # builds the entry (and its ranking)
+    gc.collect()
+    grew = _rss() - rss
+    n = recaller.cache._users[user].size
+    recaller.cache.clear()
+    gc.collect()
+    tracemalloc.start()
+    recaller.recall(user, "hello", now=NOW)
+    gc.collect()
+    traced = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    print(grew, traced, n)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -257,7 +267,7 @@ def main() -> None:
         print(f"{n:>9}  {i50:>8.2f} ms {i99:>5.2f} ms   {p50:>9.2f} ms {p99:>5.2f} ms   "
               f"{p50 / i50:>8.1f}x {p99 / i99:>5.1f}x   {differ:>6}  {fell}")
     if args.sizes:
-        sizes(path, funnel)
+        sizes(path)
     if folder is not None:
         folder.cleanup()
 

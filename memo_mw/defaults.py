@@ -128,9 +128,9 @@ RECALL_INDEX_MIN_MEMORIES = 300
 
 #: Bytes (estimated) of memories the web process keeps for recall (memo_mw.memcache), over all
 #: users; the least recently used users go first. A user with up to RECALL_INDEX_MIN_MEMORIES is
-#: kept as dicts (about 3 KB a memory: the fastest for a few), a larger one compactly (about 0.9
-#: KB a memory, recalled through bounds). 16 MB: ~5,000 memories of small users, or one user with
-#: 10,000 and ~2,000 of small ones. 0 turns the cache off.
+#: kept as dicts (about 3.4 KB of RSS a memory: the fastest for a few), a larger one compactly
+#: (about 1.5 KB, recalled through bounds). 16 MB: ~4,900 memories of small users, or one user
+#: with 10,000. A worker's RSS grows by up to this much with many users. 0 turns the cache off.
 RECALL_CACHE_BYTES = 16 * 2**20
 
 #: The most memories of one user the cache keeps; a larger user is read through the term index.

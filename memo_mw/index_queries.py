@@ -91,9 +91,9 @@ def rows(store: Store, user_id: str, ids: list[int]) -> list[dict[str, Any]]:
     return [row_to_memory(r) for r in sorted(out)]
 
 
-def raw_rows(store: Store, user_id: str) -> list[tuple]:
+def raw_rows(store: Store, user_id: str) -> Iterable[tuple]:
     """All the user's recallable memories as raw rows (``MEMORY_COLUMNS`` order, JSON not
-    decoded), oldest first: what the in-process cache of a large user keeps."""
+    decoded), oldest first, one at a time: what the in-process cache of a large user keeps."""
     from .store import _SELECT
 
-    return store.db.execute(_SELECT + f" where user_id = ? and {POOL} order by id", [user_id]).fetchall()
+    return store.db.execute(_SELECT + f" where user_id = ? and {POOL} order by id", [user_id])

@@ -32,17 +32,18 @@ import math
 import threading
 from array import array
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from . import defaults
 from .recall import RecallConfig, _weight, score
 from .store import MEMORY_COLUMNS, row_to_memory
 from .text import tokens
 
-#: Estimated bytes a cached memory costs in each form (bench/recall.py --sizes measures them):
-#: what the cache's byte bound counts.
-DICT_BYTES = 3000
-RANKED_BYTES = 900
+#: Bytes a cached memory costs in each form: the RSS growth of caching a user, per memory
+#: (bench/recall.py --sizes: 3.4 KB as dicts; 1.5 KB ranked, of which 0.8 KB stays allocated, the
+#: rest is what loading leaves to the allocator). What the cache's byte bound counts.
+DICT_BYTES = 3400
+RANKED_BYTES = 1500
 
 _COL = {name: i for i, name in enumerate(MEMORY_COLUMNS)}
 #: Columns with few distinct values: one string object for all rows of an entry.
@@ -124,10 +125,11 @@ def _postings(indexes: list[int]) -> tuple[int, ...] | array:
 class RankedMemories:
     """A user with many memories, kept compact, recalled through bounds (see the module doc)."""
 
-    def __init__(self, version: int | None, rows: list[tuple], tag: Callable[[str], frozenset[str]]):
+    def __init__(self, version: int | None, rows: Iterable[tuple], tag: Callable[[str], frozenset[str]]):
+        """``rows``: the user's recallable memories in ``MEMORY_COLUMNS`` order, oldest first; best
+        a cursor (one row at a time: a list of raw rows would double the peak of memory)."""
         self.version = version
         shared: dict[Any, Any] = {}
-        index = list(range(len(rows)))
         kept, norms, hits, lasts = [], array("d"), array("q"), array("d")
         by_token: dict[str, list[int]] = collections.defaultdict(list)
         by_topic: dict[str, list[int]] = collections.defaultdict(list)
@@ -138,7 +140,7 @@ class RankedMemories:
         c_content, c_key, c_excerpt, c_topics = _COL["content"], _COL["key"], _COL["excerpt"], _COL["topics"]
         c_type, c_status, c_hits = _COL["type"], _COL["status"], _COL["hits"]
         c_last, c_ts, c_created = _COL["last_accessed"], _COL["source_ts"], _COL["created_at"]
-        for i, row in zip(index, rows):
+        for i, row in enumerate(rows):
             row = list(row)
             for c in _SHARED:
                 value = row[c]
@@ -171,7 +173,7 @@ class RankedMemories:
         self.topics_of = topics_of
         self.always = tuple(always)
         self.max_hits = max(hits, default=0)
-        self.hottest = tuple(heapq.nsmallest(HOTTEST, index, key=lambda i: (-hits[i], self.rows[i][0])))
+        self.hottest = tuple(heapq.nsmallest(HOTTEST, range(len(kept)), key=lambda i: (-hits[i], kept[i][0])))
         self._keys = keys
         self._by_key: dict[str, list[int]] | None = None
         self._ranking: _Ranking | None = None
@@ -342,6 +344,9 @@ class MemoryCache:
             entry = self._users.get(user_id)
             if entry is None or entry.version != version:
                 self.stats["miss"] += 1
+                if entry is not None:  # stale: dropped now, not kept alive while its successor loads
+                    del self._users[user_id]
+                    self._bytes -= entry.cost
                 return None
             self._users.move_to_end(user_id)
             self.stats["hit"] += 1

@@ -11,7 +11,7 @@ import pytest
 from memo_mw import defaults
 from memo_mw.funnel import Funnel
 from memo_mw.maintenance import maintain
-from memo_mw.memcache import MemoryCache, RankedMemories, UserMemories
+from memo_mw.memcache import DICT_BYTES, RANKED_BYTES, MemoryCache, RankedMemories, UserMemories
 from memo_mw.pipeline import Recaller
 from memo_mw.recall import RecallConfig
 from memo_mw.rules import load_rules
@@ -217,10 +217,9 @@ def test_a_write_is_seen_on_the_next_ranked_recall(many, funnel):
 
 
 def test_cache_bound_eviction_and_the_largest_users(many, funnel):
-    per_small = 40 * UserMemories.build(None, [], funnel.topics.tag).cost  # 0: an empty entry costs nothing
-    assert per_small == 0
-    cached = Recaller(many, funnel, RecallConfig(), cache_bytes=RankedMemories(None, [], funnel.topics.tag).cost
-                      + N * 1_000, cache_user=N + 10)
+    assert UserMemories.build(None, [], funnel.topics.tag).cost == RankedMemories(None, [], funnel.topics.tag).cost == 0
+    # Room for the large user, or the small one, not both.
+    cached = Recaller(many, funnel, RecallConfig(), cache_bytes=N * RANKED_BYTES + 10 * DICT_BYTES, cache_user=N + 10)
     cached.recall(USER, "noodles", now=T0)
     big = cached.cache._users[USER]
     assert isinstance(big, RankedMemories) and big.size == N
@@ -249,3 +248,5 @@ def test_memory_cache_counts_bytes(funnel):
     assert cache.bytes == entry(8).cost
     cache.put("a", entry(7))  # grown above max_user: the old copy must not be served
     assert cache.get("a", 1) is None and cache.bytes == entry(4).cost
+    assert cache.get("c", 2) is None  # another version: the stale copy goes at once
+    assert cache.bytes == 0 and cache.get("c", 1) is None
