@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from . import defaults
-from .recall import RecallConfig, _weight, score
+from .recall import RecallConfig, _weight, line, score
 from .store import MEMORY_COLUMNS, row_to_memory
 from .text import tokens
 
@@ -65,8 +65,9 @@ class UserMemories:
     by_topic: dict[str, tuple[int, ...]]
     always: tuple[int, ...]
     max_hits: int
-    #: What recall.score computes from each memory (by id() of its dict): tokens, their weight, topics.
-    features: dict[int, tuple[frozenset[str], float, frozenset[str]]]
+    #: What recall.score computes from each memory (by id() of its dict): tokens, their weight,
+    #: topics, the length of its line.
+    features: dict[int, tuple[frozenset[str], float, frozenset[str], int]]
 
     @classmethod
     def build(cls, version: int | None, memories: list[dict[str, Any]],
@@ -84,7 +85,7 @@ class UserMemories:
                 by_topic[topic].append(i)
             if memory.get("type") == "style" or memory.get("status") == "pending_confirm":
                 always.append(i)
-            features[id(memory)] = (words, sum(_weight(t) for t in words), topics)
+            features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)))
         return cls(version, memories, {t: tuple(v) for t, v in by_token.items()},
                    {t: tuple(v) for t, v in by_topic.items()}, tuple(always),
                    max((int(m.get("hits") or 0) for m in memories), default=0), features)

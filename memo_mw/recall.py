@@ -58,7 +58,7 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
           config: RecallConfig = RecallConfig(), recall_all: bool = False,
           topics: Callable[[str], frozenset[str]] | None = None,
           max_hits: int | None = None,
-          features: dict[int, tuple[frozenset[str], float, frozenset[str]]] | None = None
+          features: dict[int, tuple[frozenset[str], float, frozenset[str], int]] | None = None
           ) -> list[dict[str, Any]]:
     """The memories to inject for ``query``, best first, each with its ``score``.
 
@@ -67,7 +67,8 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     ``max_hits``: the most hits among the user's memories, by default the most among ``memories``
     (the index path passes it: it scores only some of them).
     ``features``: by ``id()`` of a memory dict, what is computed here from it otherwise: its tokens,
-    their weight and its topics (memo_mw.memcache keeps them with the memories it keeps).
+    their weight, its topics and the length of its line (memo_mw.memcache keeps them with the
+    memories it keeps).
     """
     now = time.time() if now is None else now
     memories = list(memories)
@@ -93,9 +94,9 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         known = features.get(id(memory))
         if known is None:
             memory_tokens = tokens(f"{memory['content']} {memory['key']}")
-            m = None
+            m = width = None
         else:
-            memory_tokens, m, memory_topics = known
+            memory_tokens, m, memory_topics, width = known
         # relevance(query_tokens, memory_tokens), with the two sums computed once.
         common = query_tokens & memory_tokens
         if common:
@@ -118,14 +119,14 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         hotness = math.log1p(int(memory.get("hits") or 0)) / hot_norm if max_hits else 0.0
         total = w_rel * rel + w_rec * recency + w_hot * hotness
         # Always in: how to answer (style), and an expired task's one request for confirmation.
-        scored.append((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0, rel, memory))
+        scored.append((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0, rel, memory, width))
     # Style first, then confirmations, then by score; ties go to the more recent statement.
     scored.sort(key=_order, reverse=True)
     chosen, used = [], 0
-    for always, total, _, _, rel, memory in scored:
+    for always, total, _, _, rel, memory, width in scored:
         if len(chosen) >= config.k:
             break
-        cost = len(line(memory))
+        cost = len(line(memory)) if width is None else width
         if used + cost > config.budget:
             continue
         used += cost
