@@ -8,16 +8,18 @@ rest. Memories are synthetic one-line zh and en statements (likes, dislikes, pla
 plans) with varied hits and last use; their terms are computed by ``memo_mw.index.memory_terms``
 and written with ``executemany`` in one transaction. Then, for each of the three users, the same
 queries (zh and en, a few "what do you remember about me") go through ``Recaller.recall`` with
-the middleware's settings (memories kept in the process for users up to
-``RECALL_INDEX_MIN_MEMORIES``, the term index above) and without either (load the user's memories,
-score them in Python: the path before both), alternating, in the same run. Prints p50/p99 for both, their ratio, how many answers differed (must be 0) and
-how often the index path fell back to loading everything (``fallback``: the SQL term index; for
-users above ``RECALL_INDEX_MIN_MEMORIES`` kept in the process, how many requests needed more
-candidates or every memory that could score).
+the middleware's settings (memories kept in the process: as dicts up to
+``RECALL_INDEX_MIN_MEMORIES``, in the ranked form up to ``RECALL_CACHE_USER_MEMORIES``; the SQL
+term index above) and without either (load the user's memories, score them in Python: the path
+before both), alternating, in the same run. Prints p50/p99 for both, their ratio, how many
+answers differed (must be 0) and how often the path fell short (``fallback``: the SQL term index
+loading everything; for a user kept in the ranked form, how many requests needed more candidates
+or every memory that could score).
 
 ``--db PATH`` keeps the store there, and a later run with the same ``--db`` and ``--rows`` uses it
 again instead of building it. ``--sizes`` also measures what a cached memory costs in each form
-of the cache (tracemalloc, the index included), and the RSS growth of caching the largest user.
+of the cache, each in a new process: the RSS growth of caching the user, and what tracemalloc
+counts (rows, index, ranking).
 """
 
 from __future__ import annotations
@@ -234,7 +236,8 @@ def main() -> None:
     built = time.perf_counter() - started
     size = sum(p.stat().st_size for p in Path(path).parent.iterdir() if p.name.startswith(Path(path).name))
     print(f"built {args.rows} memories ({len(big)} measured users, the rest ~50 each) in {built:.0f} s, "
-          f"{size / 1e6:.0f} MB; index used above {defaults.RECALL_INDEX_MIN_MEMORIES} active memories")
+          f"{size / 1e6:.0f} MB; kept in the process as dicts up to {defaults.RECALL_INDEX_MIN_MEMORIES} active"
+          f" memories, ranked up to {defaults.RECALL_CACHE_USER_MEMORIES}, the SQL term index above")
     config = RecallConfig()
     asked = queries(random.Random(args.seed), args.queries)
     print(f"{'memories':>9}  {'indexed p50':>11} {'p99':>8}   {'load-all p50':>12} {'p99':>8}   "
