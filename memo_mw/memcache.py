@@ -55,6 +55,9 @@ HOTTEST = 8
 #: A ranking's recency bounds hold for later requests; it is computed again after this long, so
 #: that they stay tight.
 RERANK_SECONDS = 3600.0
+#: Requests a little earlier than the ranking (threads finish out of order) use it too, their
+#: bounds raised by what recency can gain in that time; further back, it is computed again.
+RANK_BACK_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,8 @@ class RankedMemories:
     def ranking(self, config: RecallConfig, now: float) -> _Ranking:
         key = (config.w_recency, config.w_hotness, config.decay, config.hotness_full)
         ranking = self._ranking
-        if ranking is not None and ranking.key == key and ranking.now <= now < ranking.now + RERANK_SECONDS:
+        if ranking is not None and ranking.key == key \
+                and ranking.now - RANK_BACK_SECONDS <= now < ranking.now + RERANK_SECONDS:
             return ranking
         most = max(config.hotness_full, self.max_hits)
         norm = math.log1p(most) if most else 0.0
@@ -229,6 +233,8 @@ class RankedMemories:
         query_topics = tag(message) if tag is not None else frozenset()
         ranking = self.ranking(config, now)
         static = ranking.static
+        # A request before the ranking's time: recency may be higher than ranked, by at most this.
+        back = config.w_recency * math.expm1(config.decay * (ranking.now - now) / 86400) if now < ranking.now else 0.0
         # Exact lexical relevance of every memory sharing a token: the weight in common, counted
         # in C (Counter.update) for words and bigrams (weight 1) and single characters (0.3) apart.
         words: collections.Counter = collections.Counter()
@@ -290,7 +296,7 @@ class RankedMemories:
                 floor = max(config.hotness_full, most)
                 stretch = (math.log1p(max(config.hotness_full, self.max_hits)) / math.log1p(floor) - 1.0) \
                     if floor else 0.0
-                if max(bounds) + config.w_hotness * stretch + 1e-9 < last["score"] - 1e-6:
+                if max(bounds) + config.w_hotness * stretch + back + 1e-9 < last["score"] - 1e-6:
                     return chosen
         if stats is not None:
             stats["ranked_full"] += 1
