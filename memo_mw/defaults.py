@@ -87,6 +87,16 @@ COUNTS_SEND_INTERVAL = 1.0
 #: Seconds between the outbox thread's attempts to send waiting jobs to Redis.
 OUTBOX_DRAIN_INTERVAL = 1.0
 
+#: Captures and forget requests are written to the SQLite outbox (one local transaction, no
+#: fsync: it survives the process, as a job in Redis would) and sent to Redis at once by the
+#: outbox thread, off the request path: the request never waits on a Redis round trip. False:
+#: the request sends them itself (one round trip) and uses the outbox only while Redis is down.
+WRITE_BEHIND = True
+
+#: With write-behind, seconds between folding the outbox's WAL into its file after sends (a
+#: forget applied to the outbox always does it at once, so deleted text leaves no copy).
+OUTBOX_CHECKPOINT_INTERVAL = 5.0
+
 #: Seconds between a worker's maintenance rounds (rq's default is 600). A round finds the jobs
 #: of a worker that died mid-job (SIGKILL, OOM) once their heartbeat has expired (about 90 s)
 #: and retries them; the store's processed_jobs table makes a rerun of a finished job a no-op.

@@ -17,6 +17,7 @@ masked memory text only, like the queue; rows are deleted (``secure_delete``) on
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -49,6 +50,7 @@ class Outbox:
         self.path = os.path.abspath(path)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._local = threading.local()
+        self._checkpointed = 0.0
         conn = self._connect()
         conn.execute("create table if not exists outbox (id integer primary key autoincrement, "
                      "func text not null, args text not null, job_id text, user_id text, "
@@ -66,6 +68,9 @@ class Outbox:
             conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
                                    isolation_level=None, check_same_thread=False)
             conn.execute("pragma journal_mode=wal")
+            # A committed row survives the process without an fsync per row (WAL, NORMAL):
+            # like a job in Redis, only a crash of the machine itself can lose the last ones.
+            conn.execute("pragma synchronous=normal")
             conn.execute("pragma secure_delete=on")
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
@@ -107,16 +112,18 @@ class Outbox:
                     conn.execute("delete from outbox where id = ?", [row_id])
         finally:
             conn.execute("commit")
-        if changed:
-            self._checkpoint()
+        # Always, not only when a row changed: rows already sent left old copies in the WAL
+        # (sends fold it back only now and then), and a forget leaves no copy anywhere.
+        self._checkpoint()
         return changed
 
     def _checkpoint(self) -> None:
         """Fold the WAL back into the file: the old copies of deleted rows go with it."""
         self._connect().execute("pragma wal_checkpoint(truncate)")
+        self._checkpointed = time.monotonic()
 
     def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50,
-              lease: float = 30.0) -> int:
+              lease: float = 10.0, checkpoint_interval: float = 0.0) -> int:
         """Send the rows, oldest first, deleting each batch once sent; stop at the first failure
         (and raise it). No write lock is held while sending: a request's put never waits on Redis.
         Returns 0 at once when another process is draining."""
@@ -126,7 +133,9 @@ class Outbox:
         if conn.execute("update drain_lease set holder = ?, until = ? where id = 1 and (holder is null"
                         " or holder = ? or until < ?)", [holder, now + lease, holder, now]).rowcount == 0:
             return 0
-        sent = 0
+        from .queue import FORGET
+
+        sent, forgets = 0, False
         try:
             while True:
                 rows = conn.execute("select id, func, args, job_id from outbox order by id limit ?",
@@ -136,18 +145,26 @@ class Outbox:
                     for row_id, func, args, job_id in rows:
                         send(func, json.loads(args), job_id)
                         done.append(row_id)
+                        forgets = forgets or func == FORGET
                 finally:  # what was sent is gone, even when a send failed
                     if done:
                         conn.execute(f"delete from outbox where id in ({','.join('?' * len(done))})", done)
                         sent += len(done)
                     conn.execute("update drain_lease set until = ? where id = 1 and holder = ?",
                                  [time.time() + lease, holder])
-                if len(rows) < batch:
-                    return sent
+                if len(rows) < batch and not (rows and self._has_rows(conn)):
+                    return sent  # none left (rows written while this batch was sent go now)
         finally:
             conn.execute("update drain_lease set holder = null where id = 1 and holder = ?", [holder])
-            if sent:
+            # Sends happen after every capture: fold the WAL back now and then, not each time
+            # (a truncating checkpoint makes the next writer wait for it); at once after a
+            # forget request, whose words name what is to be gone.
+            if sent and (forgets or time.monotonic() - self._checkpointed >= checkpoint_interval):
                 self._checkpoint()
+
+    @staticmethod
+    def _has_rows(conn: sqlite3.Connection) -> bool:
+        return conn.execute("select exists (select 1 from outbox)").fetchone()[0] == 1
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -160,11 +177,14 @@ class ResilientBackend:
     """An :class:`~memo_mw.queue.RQBackend` behind a circuit breaker, with an outbox for what it cannot take."""
 
     def __init__(self, backend: Any, outbox: Outbox, *, breaker: CircuitBreaker | None = None,
-                 drain_interval: float | None = None):
+                 drain_interval: float | None = None, write_behind: bool | None = None):
         self.backend = backend
         self.outbox = outbox
+        #: Every job goes through the outbox, sent at once by the thread (defaults.WRITE_BEHIND).
+        self.write_behind = defaults.WRITE_BEHIND if write_behind is None else write_behind
         self.breaker = breaker or CircuitBreaker(cooldown=defaults.REDIS_COOLDOWN)
         self.drain_interval = drain_interval if drain_interval is not None else defaults.OUTBOX_DRAIN_INTERVAL
+        self.checkpoint_interval = defaults.OUTBOX_CHECKPOINT_INTERVAL if self.write_behind else 0.0
         self.state = _GuardedState(self)
         self._errors = _redis_errors()
         self._wake = threading.Event()
@@ -176,6 +196,7 @@ class ResilientBackend:
         #: thread every drain_interval). While they do, new jobs queue behind them, in order.
         self.spooled = bool(outbox.count())
         self._ensure_drainer()  # every process drains, whoever spooled: rows are never stranded
+        _LIVE.add(self)
 
     @property
     def queue(self):
@@ -197,7 +218,8 @@ class ResilientBackend:
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None,
                 pending: dict[str, Any] | None = None) -> bool:
         self._ensure_drainer()
-        if not self.spooled:  # older jobs waiting in the outbox go first: this one queues behind them
+        # Older jobs waiting in the outbox go first: this one queues behind them.
+        if not self.write_behind and not self.spooled:
             sent = self.call(lambda: self.backend.enqueue(func, args, job_id=job_id, pending=pending),
                              fallback=_SKIPPED)
             if sent is not _SKIPPED:
@@ -212,7 +234,20 @@ class ResilientBackend:
         self.call(self.backend.touch, db, user_id, ids, ts)
 
     def flush(self) -> None:
+        """Send the jobs waiting in the outbox and what the backend gathers (counts), now."""
+        self.send_now()
         self.call(self.backend.flush)
+
+    def send_now(self, timeout: float = 10.0) -> int:
+        """Send what the outbox holds and return once it is empty (another process or this
+        one's thread may be sending it: wait for them), Redis is down, or ``timeout`` passed."""
+        sent = 0
+        deadline = time.monotonic() + timeout
+        while True:
+            sent += self.drain()
+            if not self.spooled or not self.breaker.allow() or time.monotonic() >= deadline:
+                return sent
+            time.sleep(_RETRY_SOON)
 
     def forget_spooled(self, user_id: str, forget: dict[str, Any]) -> int:
         """Apply a forget request (a :func:`~memo_mw.userstate.forget_marker`) to the outbox now,
@@ -224,15 +259,16 @@ class ResilientBackend:
         if not self.breaker.allow():
             return 0
         try:
-            self.backend.connection.ping()
-            sent = self.outbox.drain(self._send)
+            if not self.write_behind:
+                self.backend.connection.ping()  # after an outage: is it back? (one cheap call)
+            sent = self.outbox.drain(self._send, checkpoint_interval=self.checkpoint_interval)
         except self._errors as exc:
             self.breaker.failure()
             log.warning("memo-mw: Redis still unavailable (%s); the outbox waits", exc)
             return 0
         self.breaker.success()
         self.spooled = bool(self.outbox.count())
-        if sent:
+        if sent and not self.write_behind:
             log.info("memo-mw: sent %d job(s) from the outbox to Redis", sent)
         return sent
 
@@ -255,6 +291,11 @@ class ResilientBackend:
                 self._thread.start()
 
     def close(self) -> None:
+        if self.write_behind and self.spooled:
+            try:  # an orderly end sends what waits (if Redis answers; else the rows stay in the file)
+                self.send_now(timeout=2.0)
+            except Exception:
+                log.exception("memo-mw: could not send the outbox before closing; its rows wait in the file")
         self._stop.set()
         self._wake.set()
         if self._thread is not None and self._thread_pid == os.getpid():
@@ -264,6 +305,30 @@ class ResilientBackend:
 
 
 _SKIPPED = object()
+#: Seconds before a write-behind thread tries again when rows are left (another process was
+#: sending: only one does at a time, and it may have finished before our rows were written).
+_RETRY_SOON = 0.02
+#: The backends of this process, for :func:`send_waiting`.
+_LIVE: "weakref.WeakSet[ResilientBackend]" = weakref.WeakSet()
+
+
+@atexit.register
+def _send_at_exit() -> None:
+    """A process that ends normally (a server's worker told to stop) sends what waits first.
+    One killed keeps its rows in the file, and the next process on the database sends them."""
+    for backend in list(_LIVE):
+        if backend.write_behind and backend.spooled and not backend._stop.is_set():
+            try:
+                backend.send_now(timeout=2.0)
+            except Exception:
+                log.exception("memo-mw: could not send the outbox at exit; its rows wait in the file")
+
+
+def send_waiting() -> int:
+    """Send now what every outbox of this process holds (write-behind jobs not yet sent, or jobs
+    spooled during an outage if Redis is back); the number sent. For tests, and for an orderly
+    shutdown: nothing is lost without it, the rows wait in the file for the next process."""
+    return sum(backend.send_now() for backend in list(_LIVE) if not backend._stop.is_set())
 
 
 def _drain_loop(ref: weakref.ref) -> None:
@@ -272,6 +337,8 @@ def _drain_loop(ref: weakref.ref) -> None:
         if backend is None or backend._stop.is_set() or not os.path.isdir(os.path.dirname(backend.outbox.path)):
             return
         wake, interval = backend._wake, backend.drain_interval
+        if backend.write_behind and backend.spooled and backend.breaker.allow():
+            interval = _RETRY_SOON  # rows left (another process held the lease): not a whole interval
         del backend  # not held while waiting
         wake.wait(interval)
         wake.clear()

@@ -55,6 +55,9 @@ def drain(redis_url: str) -> int:
 
     from rq import Queue
 
+    from memo_mw.outbox import send_waiting
+
+    send_waiting()  # jobs the middlewares of this process wrote behind, not yet sent
     connection = redis.Redis.from_url(redis_url)
     queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
     waiting = queue.count

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from memo_mw import MemoryMiddleware
+from memo_mw.outbox import send_waiting
 from memo_mw.store import Store
 
 from .conftest import all_redis_text, drain
@@ -100,6 +101,7 @@ def test_a_remember_job_overtaken_by_a_forget_stores_nothing(redis_url, db, forg
 
     client = middleware_client(db, redis_url)
     client.post("/chat", **plain("I love zanzibarian oolong"))
+    send_waiting()  # written behind: in Redis within milliseconds, now for the test
     queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
     (remember,) = queue.jobs
     queue.remove(remember)  # as if a worker had taken it and were still busy with it
@@ -128,6 +130,7 @@ def test_cli_forget_with_url_reaches_pending_memories_and_waiting_jobs(redis_url
     for text in ("I love jazz", "I live in Springfield", "我喜欢看恐怖片"):
         client.post("/chat", **plain(text))
         client.post("/chat", **plain(text, user="bob"))
+    send_waiting()  # the jobs are in Redis (written behind: within milliseconds)
     result = CliRunner().invoke(main, ["forget", "--db", db, "--user", "alice", "--url", redis_url])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "deleted 0 memories of alice; 3 waiting jobs changed in Redis"

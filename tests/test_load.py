@@ -13,6 +13,8 @@ import redis
 from rq import Queue, SimpleWorker
 
 from memo_mw import defaults
+from memo_mw.outbox import Outbox, ResilientBackend
+from memo_mw.queue import RQBackend
 from memo_mw.store import check_writable
 
 from .loadgen import expected_memories, gunicorn, plan, run_load, stored_memories
@@ -27,6 +29,13 @@ def test_twenty_threads_of_five_hundred_requests(db, redis_url):
     try:
         with gunicorn(db, redis_url) as port:
             result = run_load(port, work)
+        # The web processes send what they wrote behind as they stop; one stopped while the
+        # other held the send lease leaves its last rows in the outbox file, for the next
+        # process on the database to send: that next process.
+        leftover = ResilientBackend(RQBackend(redis_url), Outbox(db + ".outbox"))
+        leftover.send_now(timeout=60)
+        assert leftover.outbox.count() == 0
+        leftover.close()
     finally:
         os.killpg(worker.pid, signal.SIGTERM)  # a warm shutdown: it finishes the job in hand
         worker.wait(timeout=60)

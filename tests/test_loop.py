@@ -10,6 +10,7 @@ from flask import Flask, jsonify, request
 from rq import Queue, Worker
 
 from memo_mw import Memo, MemoryMiddleware, defaults
+from memo_mw.outbox import send_waiting
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END
 from memo_mw.store import Store
 
@@ -104,6 +105,7 @@ def test_retried_request_makes_one_job(redis_url, db):
     client = app.test_client()
     for _ in range(3):
         client.post("/chat", **plain("I like green tea", message_id="msg-7"))
+    send_waiting()  # written behind: in Redis within milliseconds, now for the test
     queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
     assert queue.count == 1
     drain(redis_url)
@@ -114,6 +116,7 @@ def test_job_payload_is_json_and_already_masked(redis_url, db):
     app = chat_app()
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
     app.test_client().post("/chat", **plain("remember that my email is alice@example.com"))
+    send_waiting()
     queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
     (job,) = queue.jobs  # decodes with the JSON serializer: the payload is plain JSON values
     payload = json.dumps(job.args, ensure_ascii=False)

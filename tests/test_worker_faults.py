@@ -20,6 +20,7 @@ from rq.registry import StartedJobRegistry
 
 from memo_mw import MemoryMiddleware, defaults
 from memo_mw.exceptions import StoreError
+from memo_mw.outbox import send_waiting
 from memo_mw.store import Store, check_writable
 
 
@@ -29,6 +30,7 @@ def capture_one(db, redis_url, message="I like kalimba music"):
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
     response = app.test_client().post("/chat", json={"message": message}, headers={"X-User-Id": "alice"})
     assert response.status_code == 200
+    send_waiting()  # written behind: in Redis within milliseconds, now for the test
     queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
     (job_id,) = queue.job_ids
     return queue, job_id

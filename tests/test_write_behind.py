@@ -1,0 +1,136 @@
+"""Write-behind: a captured message is written to the local outbox (one SQLite transaction) and
+sent to Redis by the outbox thread at once, off the request path. Against the private
+redis-server and a real rq worker; a process that dies before sending is a real process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import redis
+from rq import Queue
+
+from memo_mw import MemoryMiddleware, defaults
+from memo_mw.outbox import Outbox
+from memo_mw.store import Store
+
+from .conftest import drain, wait_until
+from .test_loop import chat_app, plain
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def opened():
+    middlewares = []
+    yield middlewares
+    for middleware in middlewares:
+        middleware.queue.close()
+
+
+def wrap(db, redis_url, opened, **options):
+    app = chat_app()
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, **options)
+    opened.append(app.wsgi_app)
+    return app.test_client(), app.wsgi_app
+
+
+def queued(redis_url) -> list:
+    return Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER).jobs
+
+
+class Held:
+    """Stands in for the outbox thread's wake-up event: the thread sleeps through puts, so the
+    rows stay where the request wrote them (as if the process stopped right after)."""
+
+    def set(self):
+        pass
+
+    def wait(self, timeout=None):
+        import time
+
+        time.sleep(min(timeout or 0.05, 0.05))
+        return False
+
+    def clear(self):
+        pass
+
+
+def test_the_outbox_thread_sends_a_capture_at_once_without_being_asked(db, redis_url, opened):
+    client, middleware = wrap(db, redis_url, opened)
+    assert middleware.queue.write_behind
+    client.post("/chat", **plain("I like kalimba music"))
+    # No flush, no drain: the thread was woken by the write and sends within milliseconds.
+    assert wait_until(lambda: [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"], timeout=5)
+    assert Outbox(db + ".outbox").count() == 0
+    drain(redis_url)
+    assert [m["content"] for m in Store(db).memories("alice")] == ["likes kalimba music"]
+
+
+def test_what_was_just_said_is_recalled_before_it_is_sent(db, redis_url, opened, monkeypatch):
+    client, middleware = wrap(db, redis_url, opened)
+    monkeypatch.setattr(middleware.queue, "_wake", Held())
+    monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
+    client.post("/chat", **plain("I like kalimba music"))
+    assert queued(redis_url) == [] and Outbox(db + ".outbox").count() == 1
+    reply = client.post("/chat", **plain("any kalimba songs for tonight?")).json
+    assert [m["content"] for m in reply["memories"]] == ["likes kalimba music"]
+
+
+def test_a_forget_reaches_a_capture_still_in_the_outbox(db, redis_url, opened, monkeypatch):
+    client, middleware = wrap(db, redis_url, opened)
+    monkeypatch.setattr(middleware.queue, "_wake", Held())
+    monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
+    client.post("/chat", **plain("I like kalimba music"))
+    client.post("/chat", **plain("forget that I like kalimba music"))
+    assert client.post("/chat", **plain("kalimba?")).json["memories"] == []
+    middleware.queue.flush()
+    drain(redis_url)
+    assert Store(db).memories("alice", include_inactive=True) == []
+
+
+def test_a_process_that_dies_before_sending_loses_nothing(db, redis_url, opened):
+    """A web process writes a capture and is killed before its thread sends it: the row is in the
+    outbox file, and the next process on the database sends it; stored once."""
+    script = textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {ROOT!r})
+        from tests.test_write_behind import Held, chat_app, plain
+        from memo_mw import MemoryMiddleware
+        app = chat_app()
+        app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db={db!r}, redis_url={redis_url!r})
+        middleware.queue._wake = Held()
+        middleware.queue.drain_interval = 3600
+        reply = app.test_client().post("/chat", **plain("I like kalimba music"))
+        assert reply.status_code == 200
+        os._exit(0)  # no close, no flush: as a killed process
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60, cwd=ROOT)
+    assert queued(redis_url) == [] and Outbox(db + ".outbox").count() == 1
+    wrap(db, redis_url, opened)  # another process starts on the same database ...
+    assert wait_until(lambda: len(queued(redis_url)) == 1, timeout=10)  # ... and its thread sends the row
+    drain(redis_url)
+    assert [m["content"] for m in Store(db).memories("alice")] == ["likes kalimba music"]
+
+
+def test_closing_sends_what_waits(db, redis_url, opened, monkeypatch):
+    client, middleware = wrap(db, redis_url, opened)
+    monkeypatch.setattr(middleware.queue, "_wake", Held())
+    monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
+    client.post("/chat", **plain("I like kalimba music"))
+    assert queued(redis_url) == []
+    middleware.queue.close()
+    opened.remove(middleware)
+    assert [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"]
+
+
+def test_without_write_behind_the_request_sends_the_job_itself(db, redis_url, opened, monkeypatch):
+    monkeypatch.setattr(defaults, "WRITE_BEHIND", False)
+    client, middleware = wrap(db, redis_url, opened)
+    monkeypatch.setattr(middleware.queue, "_wake", Held())
+    client.post("/chat", **plain("I like kalimba music"))
+    assert [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"]  # before any thread ran
+    assert Outbox(db + ".outbox").count() == 0
