@@ -63,7 +63,7 @@ def week_start(week: str) -> float:
 
 
 def language_of(text: str) -> str:
-    return "@zh" if _HAN.search(text) else "@en"
+    return "@zh" if _HAN.search(text, concurrent=False) else "@en"
 
 
 def count_keys(topics: Iterable[str], text: str) -> list[str]:

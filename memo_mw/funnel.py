@@ -61,9 +61,9 @@ def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
 
 def _scripts(sentence: str) -> set[str]:
     found = set()
-    if _HAN.search(sentence):
+    if _HAN.search(sentence, concurrent=False):
         found.add("han")
-    if _LATIN.search(sentence):
+    if _LATIN.search(sentence, concurrent=False):
         found.add("latin")
     return found
 
@@ -175,7 +175,7 @@ class Funnel:
         if present is not None and not self._screen.may_match(id(rule), present):
             return None
         try:
-            return rule.pattern.search(text, timeout=self.timeout)
+            return rule.pattern.search(text, timeout=self.timeout, concurrent=False)
         except TimeoutError:
             log.warning("memo-mw: rule %s of %s timed out on a message of %d characters; treated as no match",
                         rule.id, rule.source, len(text))
@@ -206,7 +206,7 @@ class Funnel:
             if not self._screen.may_match(id(filler), present):
                 continue
             try:
-                cleaned = filler.sub("", text, timeout=self.timeout)
+                cleaned = filler.sub("", text, timeout=self.timeout, concurrent=False)
             except TimeoutError:
                 log.warning("memo-mw: a filler pattern timed out; left the text as it was")
                 continue
@@ -217,11 +217,11 @@ class Funnel:
                 and "\x0b" not in text and "\x0c" not in text:
             cleaned = text.strip()  # nothing for _BLANKS to do
         else:
-            cleaned = _BLANKS.sub(" ", text).strip()
+            cleaned = _BLANKS.sub(" ", text, concurrent=False).strip()
         return cleaned, (None if changed or cleaned != text else present)
 
     def sentences(self, text: str) -> list[str]:
-        return [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
+        return [s.strip() for s in _SPLIT.split(text, concurrent=False) if s and s.strip()]
 
     def process(self, message: str) -> FunnelResult:
         """Run one user message through every stage."""

@@ -315,7 +315,7 @@ def mask_pii(text: str) -> str:
     """``text`` with passwords, secrets, e-mails, ID/card and phone numbers replaced by placeholders."""
     # Most messages hold no digit, no "@" and none of the keywords: skip the patterns that
     # need them (this runs on every message in the request path).
-    has_digit = _DIGIT.search(text) is not None
+    has_digit = _DIGIT.search(text, concurrent=False) is not None
     lower = text.lower()
     masks: list[_Mask] = []
     if any(word in lower for word in _PASSWORD_WORDS):
@@ -332,7 +332,7 @@ def mask_pii(text: str) -> str:
         masks.extend(_EMAILS)
     if has_digit and len(text) >= 32:
         masks.extend(_RANDOMS)
-    if has_digit and _DIGIT_RUN.search(text) is not None:
+    if has_digit and _DIGIT_RUN.search(text, concurrent=False) is not None:
         masks.extend(_NUMBERS)
     for pattern, replacement in masks:
         text = pattern.sub(replacement, text)

@@ -80,10 +80,10 @@ def tokens(text: str) -> frozenset[str]:
     Cached: recall tokenises the same memory lines on every request.
     """
     text = text.casefold() if text.isascii() else nfkc(text).casefold()  # ASCII is its own NFKC
-    out = set(map(_word_token, _LATIN_WORD.findall(text)))
+    out = set(map(_word_token, _LATIN_WORD.findall(text, concurrent=False)))
     out.discard(None)
     if not text.isascii():
-        for run in _HAN_RUN.findall(text):
+        for run in _HAN_RUN.findall(text, concurrent=False):
             out.update(c for c in run if c not in HAN_STOP)
             out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
     return frozenset(out)

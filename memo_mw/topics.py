@@ -58,7 +58,7 @@ class TopicTagger:
             found |= self._by_stem.get(token, _NONE)
         folded = nfkc(text).casefold()
         if self._word_phrases:
-            words = _WORDS.findall(folded)
+            words = _WORDS.findall(folded, concurrent=False)
             for i, word in enumerate(words):
                 for phrase, topics in self._word_phrases.get(word, ()):
                     if tuple(words[i:i + len(phrase)]) == phrase:
