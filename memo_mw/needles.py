@@ -50,6 +50,7 @@ class Screen:
         self._automaton: Any = None
         self._words: set[str] = set()
         self._on = True
+        self._recent: dict[str, frozenset[str]] = {}
 
     @classmethod
     def off(cls) -> "Screen":
@@ -63,23 +64,33 @@ class Screen:
         for needle in frozenset().union(*sets):
             self._words.add(needle)
         self._automaton = None  # built again on the next use
+        self._recent = {}
         return sets
 
     def sets(self, key: Any) -> tuple[frozenset[str], ...]:
         return self._sets.get(key, ())
 
     def present(self, text: str) -> frozenset[str]:
-        """The needles ``text`` holds (compared folded)."""
-        automaton = self._automaton
-        if automaton is None:
-            automaton = self._automaton = ahocorasick.Automaton()
-            for word in self._words:
-                automaton.add_word(word, word)
-            if not self._words:
-                return frozenset()
-            automaton.make_automaton()
+        """The needles ``text`` holds (compared folded). The funnel and recall ask about the
+        same message: the last few answers are kept."""
+        found = self._recent.get(text)
+        if found is None:
+            found = self._present(text)
+            if len(self._recent) >= 256:
+                self._recent.clear()
+            self._recent[text] = found
+        return found
+
+    def _present(self, text: str) -> frozenset[str]:
         if not self._words:
             return frozenset()
+        automaton = self._automaton
+        if automaton is None:  # built whole before it is shared: threads may ask at once
+            automaton = ahocorasick.Automaton()
+            for word in self._words:
+                automaton.add_word(word, word)
+            automaton.make_automaton()
+            self._automaton = automaton
         return frozenset([needle for _, needle in automaton.iter(fold(text))])
 
     def may_match(self, key: Any, present: frozenset[str]) -> bool:
