@@ -16,14 +16,18 @@ finds all those a text holds in one pass.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import ahocorasick
 
-#: Most strings a needle set (or an exactly-known piece of a pattern) may hold.
+#: Most strings an exactly-known piece of a pattern may stand for (a product of alternatives).
 MAX_STRINGS = 64
+#: Most needles a set may hold: the screen finds them all in one pass, and checks a set
+#: against the few a message holds, so a long word list (a sensitive-topic gate) is cheap.
+MAX_NEEDLES = 1024
 
 # str.casefold, plus the pairs the regex module's case-insensitive matching joins and casefold
 # does not: dotless i and dotted capital I match "i", U+1DF95 matches "ß".
@@ -124,14 +128,17 @@ _ZERO_WIDTH_ESCAPES = set("bBAZGKmM")
 _CLASS_ESCAPES = set("dDwWsSX")
 
 
+@functools.lru_cache(maxsize=65536)  # asked again for the same sets as a pattern is read
 def _useful(strings: frozenset[str] | None) -> frozenset[str] | None:
     """A needle set without the strings that contain another of it (they add nothing), or None
     when it says little (empty, holding the empty string or a lone Latin letter or digit, which
     most texts have, or too large to be worth checking)."""
-    if not strings or any(s == "" or (len(s) == 1 and s.isascii() and s.isalnum()) for s in strings):
+    if not strings or len(strings) > MAX_NEEDLES or \
+            any(s == "" or (len(s) == 1 and s.isascii() and s.isalnum()) for s in strings):
         return None
-    kept = frozenset(s for s in strings if not any(o != s and o in s for o in strings))
-    return kept if len(kept) <= MAX_STRINGS else None
+    if len(strings) > MAX_STRINGS:
+        return strings  # (the check below is quadratic; a long list is used as it is)
+    return frozenset(s for s in strings if not any(o != s and o in s for o in strings))
 
 
 def _rank(strings: frozenset[str]) -> tuple[int, int]:
