@@ -26,6 +26,7 @@ Two forms, both giving exactly what scoring every memory gives:
 from __future__ import annotations
 
 import collections
+import copy
 import heapq
 import json
 import math
@@ -71,10 +72,12 @@ class UserMemories:
     #: What recall.score computes from each memory (by id() of its dict): tokens, their weight,
     #: topics, the length of its line.
     features: dict[int, tuple[frozenset[str], float, frozenset[str], int]]
+    #: The user's ``touched`` (recall counts) when loaded: a small user is simply loaded again.
+    touched: int = 0
 
     @classmethod
     def build(cls, version: int | None, memories: list[dict[str, Any]],
-              tag: Callable[[str], frozenset[str]]) -> "UserMemories":
+              tag: Callable[[str], frozenset[str]], touched: int = 0) -> "UserMemories":
         by_token: dict[str, list[int]] = collections.defaultdict(list)
         by_topic: dict[str, list[int]] = collections.defaultdict(list)
         always = []
@@ -91,7 +94,7 @@ class UserMemories:
             features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)))
         return cls(version, memories, {t: tuple(v) for t, v in by_token.items()},
                    {t: tuple(v) for t, v in by_topic.items()}, tuple(always),
-                   max((int(m.get("hits") or 0) for m in memories), default=0), features)
+                   max((int(m.get("hits") or 0) for m in memories), default=0), features, touched)
 
     @property
     def size(self) -> int:
@@ -129,10 +132,14 @@ def _postings(indexes: list[int]) -> tuple[int, ...] | array:
 class RankedMemories:
     """A user with many memories, kept compact, recalled through bounds (see the module doc)."""
 
-    def __init__(self, version: int | None, rows: Iterable[tuple], tag: Callable[[str], frozenset[str]]):
+    def __init__(self, version: int | None, rows: Iterable[tuple], tag: Callable[[str], frozenset[str]],
+                 touched: int = 0):
         """``rows``: the user's recallable memories in ``MEMORY_COLUMNS`` order, oldest first; best
         a cursor (one row at a time: a list of raw rows would double the peak of memory)."""
         self.version = version
+        #: The user's recall-count version these rows hold (see :meth:`retouched`).
+        self.touched = touched
+        self._position: dict[int, int] | None = None
         shared: dict[Any, Any] = {}
         kept, norms, hits, lasts = [], array("d"), array("q"), array("d")
         by_token: dict[str, list[int]] = collections.defaultdict(list)
@@ -185,6 +192,40 @@ class RankedMemories:
     @property
     def size(self) -> int:
         return len(self.rows)
+
+    def retouched(self, touched: int, counts: Iterable[tuple[int, int, Any]]) -> "RankedMemories":
+        """A copy holding the recall counts the store has now: ``counts`` is ``(id, hits,
+        last_accessed)`` of the user's recallable memories. Only counts changed since the copy
+        was made (``touched`` moved, ``version`` did not): tokens, topics and postings are
+        shared; the ranking is made again on the next recall."""
+        position = self._position
+        if position is None:
+            position = self._position = {row[0]: i for i, row in enumerate(self.rows)}
+        c_hits, c_last, c_ts, c_created = _COL["hits"], _COL["last_accessed"], _COL["source_ts"], _COL["created_at"]
+        new = copy.copy(self)
+        new.touched = touched
+        rows = hits = lasts = None
+        for memory_id, hit_count, last_accessed in counts:
+            i = position.get(memory_id)
+            if i is None:
+                continue
+            row = self.rows[i]
+            if row[c_hits] == hit_count and row[c_last] == last_accessed:
+                continue
+            if rows is None:
+                rows, hits, lasts = list(self.rows), array("q", self.hits), array("d", self.lasts)
+            row = list(row)
+            row[c_hits], row[c_last] = hit_count, last_accessed
+            rows[i] = tuple(row)
+            hits[i] = int(hit_count or 0)
+            last = last_accessed or row[c_ts] or row[c_created]
+            lasts[i] = float(last) if last else math.nan
+        if rows is not None:
+            new.rows, new.hits, new.lasts = rows, hits, lasts
+            new.max_hits = max(hits, default=0)
+            new.hottest = tuple(heapq.nsmallest(HOTTEST, range(len(rows)), key=lambda i: (-hits[i], rows[i][0])))
+            new._ranking = None
+        return new
 
     @property
     def cost(self) -> int:

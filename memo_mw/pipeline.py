@@ -118,11 +118,14 @@ class Recaller:
         if self.cache is None:
             return None
         try:
-            row = store.db.execute("select version from user_versions where user_id = ?", [user_id]).fetchone()
+            version, touched = _versions(store, user_id)
         except sqlite3.OperationalError:  # a database older than user_versions, opened read-only
             return None
-        version = row[0] if row else None
         entry = self.cache.get(user_id, version)
+        if entry is not None and entry.touched != touched:
+            # Only recall counts changed (hits, last_accessed): a large user's copy takes them in
+            # (one narrow read); a small one is loaded again, which costs about the same.
+            entry = self._retouched(store, user_id, entry) if isinstance(entry, RankedMemories) else None
         if entry is None:
             count = queries.active_count(store, user_id)
             if count > self.cache.max_user:
@@ -131,15 +134,29 @@ class Recaller:
             # the version before it (the next request would trust stale rows).
             store.db.execute("begin")
             try:
-                row = store.db.execute("select version from user_versions where user_id = ?", [user_id]).fetchone()
-                version = row[0] if row else None
+                version, touched = _versions(store, user_id)
                 if count > self.index_min:
-                    entry = RankedMemories(version, queries.raw_rows(store, user_id), self.funnel.topics.tag)
+                    entry = RankedMemories(version, queries.raw_rows(store, user_id), self.funnel.topics.tag, touched)
                 else:
-                    entry = UserMemories.build(version, store.recall_candidates(user_id), self.funnel.topics.tag)
+                    entry = UserMemories.build(version, store.recall_candidates(user_id), self.funnel.topics.tag,
+                                               touched)
             finally:
                 store.db.execute("commit")
             self.cache.put(user_id, entry)
+        return entry
+
+    def _retouched(self, store: Store, user_id: str, entry: RankedMemories) -> RankedMemories | None:
+        store.db.execute("begin")
+        try:
+            version, touched = _versions(store, user_id)
+            if version != entry.version:
+                return None  # changed for real meanwhile: load it all
+            self.stats["retouched"] += 1
+            entry = entry.retouched(touched, store.db.execute(
+                f"select id, hits, last_accessed from memories where user_id = ? and {queries.POOL}", [user_id]))
+        finally:
+            store.db.execute("commit")
+        self.cache.put(user_id, entry)
         return entry
 
     def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
@@ -159,6 +176,18 @@ class Recaller:
             memories, max_hits = entry.candidates(tokens(message), tag(message)), entry.max_hits
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
                      topics=tag, max_hits=max_hits, features=entry.features)
+
+
+def _versions(store: Store, user_id: str) -> tuple[int | None, int]:
+    """The user's ``version`` and ``touched`` (recall counts) in ``user_versions``."""
+    try:
+        row = store.db.execute("select version, touched from user_versions where user_id = ?", [user_id]).fetchone()
+    except sqlite3.OperationalError as exc:
+        if "touched" not in str(exc):
+            raise
+        # A database from before m007, opened read-only: every change moves `version`.
+        row = store.db.execute("select version, 0 from user_versions where user_id = ?", [user_id]).fetchone()
+    return (row[0], row[1]) if row else (None, 0)
 
 
 def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:

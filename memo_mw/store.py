@@ -480,3 +480,34 @@ def m006_forget_markers(db: sqlite_utils.Database) -> None:
     # can wait (FORGET_MARKER_DAYS). "Forget everything" is the audit row of action forget_all.
     db.execute("create table forget_markers (user_id text not null, tokens text not null, at integer not null)")
     db.execute("create index forget_markers_user on forget_markers (user_id, at)")
+
+
+#: The columns of ``memories`` a recall count changes (Store.touch): nothing else.
+TOUCH_COLUMNS = ("hits", "last_accessed")
+
+
+@migrations()
+def m007_touch_versions(db: sqlite_utils.Database) -> None:
+    # Recall counts (hits, last_accessed) change an active user's memories about once a second
+    # (flush_touches): they move the user's `touched`, not its `version`, so a web process keeps
+    # its copy of a large user's memories and patches the counts into it instead of loading
+    # them all again (memo_mw.memcache). Any other change moves `version`, as before.
+    db.execute("alter table user_versions add column touched integer not null default 0")
+    version_triggers(db)
+
+
+def version_triggers(db: sqlite_utils.Database) -> None:
+    """(Re)create the update triggers of ``user_versions`` from the columns ``memories`` has now:
+    a migration that adds a column to ``memories`` calls this again."""
+    columns = [c.name for c in db["memories"].columns if c.name not in TOUCH_COLUMNS]
+    only_counts = " and ".join(f"old.{c} is new.{c}" for c in columns)
+    clock = "update memo_clock set n = n + 1 where id = 1;"
+    db.execute("drop trigger if exists user_versions_update")
+    db.execute("drop trigger if exists user_versions_touch")
+    db.execute(f"create trigger user_versions_update after update on memories when not ({only_counts}) begin "
+               f"{clock} insert into user_versions (user_id, version) values (new.user_id, (select n from memo_clock))"
+               " on conflict (user_id) do update set version = excluded.version; end")
+    db.execute(f"create trigger user_versions_touch after update on memories when ({only_counts}) begin "
+               f"{clock} insert into user_versions (user_id, version, touched) values (new.user_id, "
+               "(select n from memo_clock), (select n from memo_clock))"
+               " on conflict (user_id) do update set touched = excluded.touched; end")

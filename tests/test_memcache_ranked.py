@@ -250,3 +250,42 @@ def test_memory_cache_counts_bytes(funnel):
     assert cache.get("a", 1) is None and cache.bytes == entry(4).cost
     assert cache.get("c", 2) is None  # another version: the stale copy goes at once
     assert cache.bytes == 0 and cache.get("c", 1) is None
+
+
+def test_recall_counts_are_patched_into_a_large_users_copy_not_loaded_again(many, funnel):
+    """A touch flush (hits, last_accessed) moves the user's `touched`, not its `version`: the
+    cached copy takes the new counts in, and answers stay those of scoring every memory."""
+    cached, plain = pair(many, funnel, RecallConfig(k=10, budget=10_000))
+    now = T0 + 50 * 86400
+    rng = random.Random(5)
+    assert_same(cached, plain, "noodles", now)
+    loads = cached.cache.stats["miss"]
+    for round_ in range(6):
+        got = assert_same(cached, plain, rng.choice(QUERIES), now + round_)
+        with Store(many) as store:
+            before = store.db.execute("select version, touched from user_versions where user_id = ?", [USER]).fetchone()
+            ids = [m["id"] for m in got] or [m["id"] for m in store.memories(USER)[:3]]
+            store.touch(USER, {i: rng.randrange(1, 300) for i in ids}, int(now + round_))
+            after = store.db.execute("select version, touched from user_versions where user_id = ?", [USER]).fetchone()
+        assert after[0] == before[0] and after[1] > before[1]  # counts only: touched moved, version did not
+        for query in random_queries(rng, 4):
+            assert_same(cached, plain, query, now + round_ + 1)
+    assert cached.cache.stats["miss"] == loads  # never loaded again
+    assert cached.stats["retouched"] == 6
+
+
+def test_any_other_change_moves_the_version(many):
+    with Store(many) as store:
+        def versions():
+            return store.db.execute("select version, touched from user_versions where user_id = ?", [USER]).fetchone()
+
+        memory = store.memories(USER)[0]
+        start = versions()
+        store.db.execute("update memories set content = content || ' too' where id = ?", [memory["id"]])
+        changed = versions()
+        assert changed[0] > start[0] and changed[1] == start[1]
+        store.db.execute("update memories set hits = hits + 1, status = status where id = ?", [memory["id"]])
+        touched = versions()
+        assert touched[0] == changed[0] and touched[1] > changed[1]
+        store.db.execute("update memories set hits = hits + 1, active = 0 where id = ?", [memory["id"]])
+        assert versions()[0] > touched[0]  # counts and something else: a real change
