@@ -32,7 +32,7 @@ import collections
 import queue
 import sqlite3
 import time
-from typing import Any
+from typing import Any, Callable
 
 from . import counters, defaults
 from .recall import profile_line
@@ -252,20 +252,45 @@ def select(insights: list[dict[str, Any]], *, k: int = defaults.PROFILE_RECALL_K
     return chosen
 
 
+#: What ``version_of`` returns for a user whose version this process has not read.
+UNKNOWN: Any = object()
+
+
 class ProfileReader:
     """The request path's read of a user's insights, through pooled read-only connections."""
 
+    #: Users whose insights are kept (with the version they were read at); beyond it, start over.
+    KEPT_USERS = 10_000
+
     def __init__(self, db: str, *, k: int = defaults.PROFILE_RECALL_K,
-                 budget: int = defaults.PROFILE_RECALL_BUDGET_CHARS):
+                 budget: int = defaults.PROFILE_RECALL_BUDGET_CHARS,
+                 version_of: Callable[[str], int | None] | None = None):
+        """``version_of(user_id)``: the user's version in ``user_versions`` as this request read
+        it (recall reads it first; None: no row), or :data:`UNKNOWN`; insights change it too
+        (m008), so while it stays the same the insights read before are still the user's."""
         self.db = db
         self.k = k
         self.budget = budget
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
+        self._version_of = version_of
+        self._kept: dict[str, tuple[int | None, list[dict[str, Any]]]] = {}
 
     def profile(self, user_id: str, *, state: UserState = EMPTY) -> list[dict[str, Any]]:
         """The insights for the block: none once the user asked to forget everything."""
         if self.k <= 0 or any(f["tokens"] is None for f in state.forgets):
             return []
+        version = self._version_of(user_id) if self._version_of is not None else UNKNOWN
+        kept = self._kept.get(user_id) if version is not UNKNOWN else None
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        chosen = self._read(user_id)
+        if version is not UNKNOWN:
+            if len(self._kept) >= self.KEPT_USERS:
+                self._kept.clear()
+            self._kept[user_id] = (version, chosen)
+        return chosen
+
+    def _read(self, user_id: str) -> list[dict[str, Any]]:
         try:
             store = self._pool.get_nowait()
         except queue.Empty:

@@ -42,7 +42,7 @@ from typing import Any
 from . import counters, defaults
 from .adapters import Turn, clean_id, inject, read_turn
 from .funnel import Funnel
-from .insights import ProfileReader
+from .insights import UNKNOWN, ProfileReader
 from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
@@ -141,7 +141,7 @@ class MemoryMiddleware:
         self.queue = backend if backend is not None else make_backend(
             redis_url, queue_name=queue_name, outbox=outbox or self.db + ".outbox")
         self.recaller = Recaller(self.db, self.funnel, RecallConfig(k=recall_k, budget=recall_budget))
-        self.profiles = ProfileReader(self.db)
+        self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self.clock = clock
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:

@@ -63,6 +63,8 @@ class Recaller:
         self.index_candidates = index_candidates
         #: How many recalls went through the index, and how many of those fell back to loading all;
         #: cached large users: how many needed more candidates, and every memory that could score.
+        #: The version of each user as the last request read it (ProfileReader keys on it).
+        self.versions: dict[str, int | None] = {}
         self.stats = collections.Counter(indexed=0, fallback=0, ranked=0, ranked_retry=0, ranked_full=0)
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
         #: Users' memories kept in this process (memo_mw.memcache); None: read them every time.
@@ -121,6 +123,9 @@ class Recaller:
             version, touched = _versions(store, user_id)
         except sqlite3.OperationalError:  # a database older than user_versions, opened read-only
             return None
+        if len(self.versions) >= _VERSIONS_KEPT:
+            self.versions.clear()
+        self.versions[user_id] = version  # for the insights read next (ProfileReader)
         entry = self.cache.get(user_id, version)
         if entry is not None and entry.touched != touched:
             # Only recall counts changed (hits, last_accessed): a large user's copy takes them in
@@ -176,6 +181,10 @@ class Recaller:
             memories, max_hits = entry.candidates(tokens(message), tag(message)), entry.max_hits
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
                      topics=tag, max_hits=max_hits, features=entry.features)
+
+
+#: Users whose last-read version is kept for the insights read; beyond it, start over.
+_VERSIONS_KEPT = 100_000
 
 
 def _versions(store: Store, user_id: str) -> tuple[int | None, int]:

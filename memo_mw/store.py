@@ -511,3 +511,15 @@ def version_triggers(db: sqlite_utils.Database) -> None:
                f"{clock} insert into user_versions (user_id, version, touched) values (new.user_id, "
                "(select n from memo_clock), (select n from memo_clock))"
                " on conflict (user_id) do update set touched = excluded.touched; end")
+
+
+@migrations()
+def m008_insight_versions(db: sqlite_utils.Database) -> None:
+    # A user's insights move the user's version too (they change weekly): the web process keeps
+    # each user's insights with its copy of the memories' version, and reads them again only
+    # when it moves (memo_mw.insights.ProfileReader).
+    bump = ("update memo_clock set n = n + 1 where id = 1;"
+            " insert into user_versions (user_id, version) values ({who}.user_id, (select n from memo_clock))"
+            " on conflict (user_id) do update set version = excluded.version;")
+    for event, who in (("insert", "new"), ("delete", "old"), ("update", "new")):
+        db.execute(f"create trigger insight_versions_{event} after {event} on insights begin {bump.format(who=who)} end")

@@ -403,3 +403,33 @@ def test_no_message_text_is_kept_anywhere(redis_url, tmp_path, db):
         assert secret not in files
         assert secret not in in_redis and secret not in dump
     assert b"jazz" in files  # what was said about the user is a memory, as before
+
+
+def test_the_request_path_reads_insights_again_only_when_they_change(db):
+    """Insights move the user's version (m008): the web process keeps what it read while the
+    version recall reads stays the same, and reads again once the insights job has written."""
+    from memo_mw.funnel import Funnel
+    from memo_mw.insights import ProfileReader
+    from memo_mw.pipeline import Recaller
+    from memo_mw.recall import RecallConfig
+    from memo_mw.rules import load_rules
+
+    with Store(db) as store:
+        counters.add(store, "alice", {(counters.week_of(T0 + w * WEEK), "sport:running"): 6 for w in range(3)})
+    recaller = Recaller(db, Funnel(load_rules()), RecallConfig())
+    reader = ProfileReader(db, version_of=lambda user: recaller.versions.get(user, profile.UNKNOWN))
+    reads = []
+    original = reader._read
+    reader._read = lambda user_id: reads.append(user_id) or original(user_id)
+
+    def ask():
+        recaller.recall("alice", "any tips?", now=T0 + 3 * WEEK)
+        return reader.profile("alice")
+
+    assert ask() == [] and ask() == [] and len(reads) == 1
+    with Store(db) as store:
+        made = profile.run(store, "alice", now=T0 + 3 * WEEK)
+    assert made
+    shown = ask()
+    assert shown and shown[0]["text"] == made[0]["text"] and len(reads) == 2
+    assert ask() == shown and len(reads) == 2
