@@ -370,10 +370,15 @@ class _GuardedState:
     def read(self, user_id: str) -> UserState:
         inner = self._backend.backend.state
         self._backend._ensure_drainer()
+        # The outbox first, then Redis: a row the thread sends in between is in one or the other
+        # (the thread drops this process's copy of the user's state before it deletes the row).
+        rows = self._backend.outbox.user_rows(user_id) if self._backend.spooled else None
         state = self._backend.call(inner.read, user_id, fallback=None)
-        if state is not None and not self._backend.spooled:
+        if state is not None and rows is None:
             return state  # the usual case: Redis answered and nothing waits in the outbox
-        return _with_outbox(state or EMPTY, self._backend.outbox, user_id)
+        if rows is None:  # Redis did not answer: whatever waits in the outbox now
+            rows = self._backend.outbox.user_rows(user_id)
+        return _with_outbox(state or EMPTY, rows)
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         # put_pending, drop_pending, add_forget, add_shown, ...: skipped while Redis is down.
@@ -381,12 +386,13 @@ class _GuardedState:
         return lambda *args: self._backend.call(inner, *args)
 
 
-def _with_outbox(state: UserState, outbox: Outbox, user_id: str) -> UserState:
-    """Add the user's jobs waiting in the outbox: remember payloads as pending, forgets as markers."""
+def _with_outbox(state: UserState, rows: list[tuple[str, list[Any]]]) -> UserState:
+    """Add the user's jobs waiting in the outbox (``rows``: Outbox.user_rows): remember payloads as
+    pending, forgets as markers."""
     from .queue import FORGET, REMEMBER
 
     pending, forgets = list(state.pending), list(state.forgets)
-    for func, args in outbox.user_rows(user_id):
+    for func, args in rows:
         if func == REMEMBER:
             pending.append(args[1])
         elif func == FORGET:

@@ -177,7 +177,7 @@ def _prepare(db: sqlite_utils.Database, path: str) -> None:
             migrations.apply(db)
             return
         except sqlite3.OperationalError as exc:
-            if attempt >= 20 or not ("locked" in str(exc) or "already exists" in str(exc)):
+            if attempt >= 20 or not any(race in str(exc) for race in ("locked", "already exists", "duplicate column")):
                 raise
             time.sleep(0.02 * (attempt + 1))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis
 
+from memo_mw.outbox import send_waiting
 from memo_mw import MemoryMiddleware
 from memo_mw.store import Store
 
@@ -24,6 +25,7 @@ def test_next_request_sees_a_memory_no_worker_has_stored(redis_url, db):
     assert [(m["content"], m["id"], m["status"]) for m in reply["memories"]] == [("从不吃香菜", None, "pending")]
     assert "从不吃香菜" in reply["received"]["message"]
     assert Store(db).memories("alice") == []  # nothing written yet
+    send_waiting()  # written behind: in Redis within milliseconds, now for the test
     connection = redis.Redis.from_url(redis_url)
     assert connection.hlen("memo:pending:memo:alice") == 1
 

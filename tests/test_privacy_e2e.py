@@ -17,6 +17,7 @@ import redis
 from flask import Flask, jsonify, request
 from rq import Queue
 
+from memo_mw.outbox import send_waiting
 from memo_mw import MemoryMiddleware, defaults
 from memo_mw.privacy import PLACEHOLDERS, is_cn_id, luhn_ok
 from memo_mw.store import Store
@@ -140,6 +141,9 @@ def test_pii_never_reaches_redis_or_sqlite(redis_url, db, cases):
         assert reply.json["received"]["message"].endswith(message)  # the app itself sees the message
 
     raws = [raw for _, _, pieces in cases for raw in pieces]
+    assert_absent(b"".join(p.read_bytes() for p in Path(db).parent.glob(Path(db).name + ".outbox*")), raws,
+                  "the outbox file")  # written behind: masked before it is written
+    send_waiting()
     queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
     assert queue.count == len(cases)  # every sentence was captured: one job per message
     waiting = redis_bytes(redis_url)

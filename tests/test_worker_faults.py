@@ -195,6 +195,7 @@ def test_the_worker_stores_waiting_jobs_in_batches_once_each(db, redis_url):
     things = [f"kalimba {chr(97 + i)}{chr(97 + j)}" for i in range(5) for j in range(6)]
     for n, thing in enumerate(things):
         client.post("/chat", json={"message": f"I like {thing}"}, headers={"X-User-Id": f"user-{n % 3}"})
+    send_waiting()  # written behind: in Redis within milliseconds, now for the test
     connection = redis.Redis.from_url(redis_url)
     queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
     assert queue.count == 30
