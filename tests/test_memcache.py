@@ -79,11 +79,15 @@ def test_users_are_cached_apart_and_evicted_least_recent_first(funnel):
     cache.put("a", entry(4))
     cache.put("b", entry(4))
     assert cache.get("a", 1) is not None  # a is now the most recent
-    cache.put("c", entry(4))  # 12 > 10: b goes
+    cache.put("c", entry(4))  # 12 memories' worth > 10: b, the least recently used, goes
     assert cache.get("b", 1) is None and cache.get("a", 1) is not None and cache.get("c", 1) is not None
+    assert cache.bytes == entry(8).cost
     cache.put("d", entry(7))  # more than max_user: not cached
     assert cache.get("d", 1) is None
-    assert cache.get("a", 2) is None  # another version is a miss
+    cache.put("a", entry(7))  # grown above max_user: the old copy must not be served
+    assert cache.get("a", 1) is None and cache.bytes == entry(4).cost
+    assert cache.get("c", 2) is None  # another version: the stale copy goes at once
+    assert cache.bytes == 0 and cache.get("c", 1) is None
 
 
 def test_hiding_the_hottest_memory_changes_every_score(db, funnel):

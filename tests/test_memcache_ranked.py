@@ -234,24 +234,6 @@ def test_cache_bound_eviction_and_the_largest_users(many, funnel):
     assert small.stats["indexed"] == 1 and USER not in small.cache._users
 
 
-def test_memory_cache_counts_bytes(funnel):
-    def entry(n):
-        return UserMemories.build(1, [{"content": f"likes thing {i}", "key": f"thing {i}", "type": "preference"}
-                                      for i in range(n)], funnel.topics.tag)
-
-    cache = MemoryCache(max_bytes=entry(10).cost, max_user=6)
-    cache.put("a", entry(4))
-    cache.put("b", entry(4))
-    assert cache.get("a", 1) is not None
-    cache.put("c", entry(4))  # 12 memories' worth > 10: b, the least recently used, goes
-    assert cache.get("b", 1) is None and cache.get("a", 1) is not None and cache.get("c", 1) is not None
-    assert cache.bytes == entry(8).cost
-    cache.put("a", entry(7))  # grown above max_user: the old copy must not be served
-    assert cache.get("a", 1) is None and cache.bytes == entry(4).cost
-    assert cache.get("c", 2) is None  # another version: the stale copy goes at once
-    assert cache.bytes == 0 and cache.get("c", 1) is None
-
-
 def test_recall_counts_are_patched_into_a_large_users_copy_not_loaded_again(many, funnel):
     """A touch flush (hits, last_accessed) moves the user's `touched`, not its `version`: the
     cached copy takes the new counts in, and answers stay those of scoring every memory."""

@@ -59,6 +59,20 @@ class Held:
         pass
 
 
+def hold(middleware, monkeypatch):
+    """The outbox thread of this middleware sends nothing until asked (flush, close)."""
+    monkeypatch.setattr(middleware.queue, "_wake", Held())
+    monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
+
+
+def held_capture(db, redis_url, opened, monkeypatch):
+    """A middleware whose thread is held, and one capture it wrote: the row waits in the outbox."""
+    client, middleware = wrap(db, redis_url, opened)
+    hold(middleware, monkeypatch)
+    client.post("/chat", **plain("I like kalimba music"))
+    return client, middleware
+
+
 def test_the_outbox_thread_sends_a_capture_at_once_without_being_asked(db, redis_url, opened):
     client, middleware = wrap(db, redis_url, opened)
     assert middleware.queue.write_behind
@@ -71,20 +85,14 @@ def test_the_outbox_thread_sends_a_capture_at_once_without_being_asked(db, redis
 
 
 def test_what_was_just_said_is_recalled_before_it_is_sent(db, redis_url, opened, monkeypatch):
-    client, middleware = wrap(db, redis_url, opened)
-    monkeypatch.setattr(middleware.queue, "_wake", Held())
-    monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
-    client.post("/chat", **plain("I like kalimba music"))
+    client, middleware = held_capture(db, redis_url, opened, monkeypatch)
     assert queued(redis_url) == [] and Outbox(db + ".outbox").count() == 1
     reply = client.post("/chat", **plain("any kalimba songs for tonight?")).json
     assert [m["content"] for m in reply["memories"]] == ["likes kalimba music"]
 
 
 def test_a_forget_reaches_a_capture_still_in_the_outbox(db, redis_url, opened, monkeypatch):
-    client, middleware = wrap(db, redis_url, opened)
-    monkeypatch.setattr(middleware.queue, "_wake", Held())
-    monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
-    client.post("/chat", **plain("I like kalimba music"))
+    client, middleware = held_capture(db, redis_url, opened, monkeypatch)
     client.post("/chat", **plain("forget that I like kalimba music"))
     assert client.post("/chat", **plain("kalimba?")).json["memories"] == []
     middleware.queue.flush()
@@ -117,10 +125,7 @@ def test_a_process_that_dies_before_sending_loses_nothing(db, redis_url, opened)
 
 
 def test_closing_sends_what_waits(db, redis_url, opened, monkeypatch):
-    client, middleware = wrap(db, redis_url, opened)
-    monkeypatch.setattr(middleware.queue, "_wake", Held())
-    monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
-    client.post("/chat", **plain("I like kalimba music"))
+    client, middleware = held_capture(db, redis_url, opened, monkeypatch)
     assert queued(redis_url) == []
     middleware.queue.close()
     opened.remove(middleware)
