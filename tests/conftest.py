@@ -69,7 +69,11 @@ def drain(redis_url: str) -> int:
 
 
 def all_redis_text(url: str) -> bytes:
-    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
+    """Every value in the private Redis, job payloads decompressed (rq compresses them); what the
+    middlewares of this process wrote behind is sent first."""
+    from memo_mw.outbox import send_waiting
+
+    send_waiting()
     client = redis.Redis.from_url(url)
     out = []
     for key in client.keys("*"):

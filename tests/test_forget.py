@@ -106,6 +106,7 @@ def test_a_remember_job_overtaken_by_a_forget_stores_nothing(redis_url, db, forg
     (remember,) = queue.jobs
     queue.remove(remember)  # as if a worker had taken it and were still busy with it
     client.post("/chat", **plain(forget))
+    send_waiting()
     Worker([queue], connection=queue.connection, serializer=defaults.SERIALIZER).work(burst=True)
     queue.enqueue_job(remember)  # ... and only now gets to write
     drain(redis_url)

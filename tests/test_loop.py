@@ -175,6 +175,7 @@ def test_forget_removes_the_users_waiting_jobs_from_redis(redis_url, db, tmp_pat
     stuck.wsgi_app.db = str(broken / "memo.db")
     stuck.test_client().post("/chat", **plain("I live in Springfield"))
     stuck.test_client().post("/chat", **plain("I live in Shelbyville", user="bob"))
+    send_waiting()
     Worker([queue], connection=queue.connection, serializer=defaults.SERIALIZER).work(burst=True)
     assert len(queue.scheduled_job_registry.get_job_ids()) == 2  # both wait for a retry
     assert b"Springfield" in all_redis_text(redis_url)
