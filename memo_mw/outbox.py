@@ -18,6 +18,7 @@ masked memory text only, like the queue; rows are deleted (``secure_delete``) on
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -51,6 +52,8 @@ class Outbox:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._local = threading.local()
         self._checkpointed = 0.0
+        #: This process's writers (requests, the outbox thread) take turns here before SQLite's lock.
+        self._writing = threading.Lock()
         conn = self._connect()
         conn.execute("create table if not exists outbox (id integer primary key autoincrement, "
                      "func text not null, args text not null, job_id text, user_id text, "
@@ -76,9 +79,10 @@ class Outbox:
         return conn
 
     def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
-        self._connect().execute(
-            "insert into outbox (func, args, job_id, user_id, created) values (?, ?, ?, ?, ?)",
-            [func, json.dumps(args, ensure_ascii=False), job_id, user_id, time.time()])
+        row = [func, json.dumps(args, ensure_ascii=False), job_id, user_id, time.time()]
+        conn = self._connect()
+        with self._writing:
+            conn.execute("insert into outbox (func, args, job_id, user_id, created) values (?, ?, ?, ?, ?)", row)
 
     def count(self) -> int:
         return self._connect().execute("select count(*) from outbox").fetchone()[0]
@@ -96,8 +100,7 @@ class Outbox:
 
         conn = self._connect()
         changed = 0
-        conn.execute("begin immediate")
-        try:
+        with self._transaction(conn):
             for row_id, args in conn.execute("select id, args from outbox where user_id = ? and func = ?",
                                              [user_id, REMEMBER]).fetchall():
                 args = json.loads(args)
@@ -110,8 +113,6 @@ class Outbox:
                                  [json.dumps([args[0], kept, *args[2:]], ensure_ascii=False), row_id])
                 else:
                     conn.execute("delete from outbox where id = ?", [row_id])
-        finally:
-            conn.execute("commit")
         # Always, not only when a row changed: rows already sent left old copies in the WAL
         # (sends fold it back only now and then), and a forget leaves no copy anywhere.
         self._checkpoint()
@@ -119,7 +120,9 @@ class Outbox:
 
     def _checkpoint(self) -> None:
         """Fold the WAL back into the file: the old copies of deleted rows go with it."""
-        self._connect().execute("pragma wal_checkpoint(truncate)")
+        conn = self._connect()
+        with self._writing:  # it makes writers wait: this process's wait on the lock instead
+            conn.execute("pragma wal_checkpoint(truncate)")
         self._checkpointed = time.monotonic()
 
     def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50,
@@ -130,14 +133,15 @@ class Outbox:
         conn = self._connect()
         holder = f"{os.getpid()}-{threading.get_ident()}"
         now = time.time()
-        if conn.execute("update drain_lease set holder = ?, until = ? where id = 1 and (holder is null"
-                        " or holder = ? or until < ?)", [holder, now + lease, holder, now]).rowcount == 0:
-            return 0
+        with self._writing:
+            if conn.execute("update drain_lease set holder = ?, until = ? where id = 1 and (holder is null"
+                            " or holder = ? or until < ?)", [holder, now + lease, holder, now]).rowcount == 0:
+                return 0
         from .queue import FORGET
 
-        sent, forgets = 0, False
+        sent, forgets, held = 0, False, True
         try:
-            while True:
+            while held:
                 rows = conn.execute("select id, func, args, job_id from outbox order by id limit ?",
                                     [batch]).fetchall()
                 done = []
@@ -146,21 +150,41 @@ class Outbox:
                         send(func, json.loads(args), job_id)
                         done.append(row_id)
                         forgets = forgets or func == FORGET
-                finally:  # what was sent is gone, even when a send failed
-                    if done:
-                        conn.execute(f"delete from outbox where id in ({','.join('?' * len(done))})", done)
-                        sent += len(done)
-                    conn.execute("update drain_lease set until = ? where id = 1 and holder = ?",
-                                 [time.time() + lease, holder])
-                if len(rows) < batch and not (rows and self._has_rows(conn)):
-                    return sent  # none left (rows written while this batch was sent go now)
+                finally:  # what was sent is gone, even when a send failed; one write for it all
+                    with self._transaction(conn):
+                        if done:
+                            conn.execute(f"delete from outbox where id in ({','.join('?' * len(done))})", done)
+                            sent += len(done)
+                        if len(done) == len(rows) < batch and not self._has_rows(conn):
+                            # None left (rows written while this batch was sent go in the next round).
+                            conn.execute("update drain_lease set holder = null where id = 1 and holder = ?", [holder])
+                            held = False
+                        else:
+                            conn.execute("update drain_lease set until = ? where id = 1 and holder = ?",
+                                         [time.time() + lease, holder])
+            return sent
         finally:
-            conn.execute("update drain_lease set holder = null where id = 1 and holder = ?", [holder])
+            if held:  # a send failed: let another process (or the next round) try
+                with self._writing:
+                    conn.execute("update drain_lease set holder = null where id = 1 and holder = ?", [holder])
             # Sends happen after every capture: fold the WAL back now and then, not each time
             # (a truncating checkpoint makes the next writer wait for it); at once after a
             # forget request, whose words name what is to be gone.
             if sent and (forgets or time.monotonic() - self._checkpointed >= checkpoint_interval):
                 self._checkpoint()
+
+    @contextlib.contextmanager
+    def _transaction(self, conn: sqlite3.Connection):
+        """One write transaction; this process's writers take turns on a lock first (a request's
+        put then waits on the thread's few statements, never on SQLite's sleeping busy handler)."""
+        with self._writing:
+            conn.execute("begin immediate")
+            try:
+                yield
+            except BaseException:
+                conn.execute("rollback")
+                raise
+            conn.execute("commit")
 
     @staticmethod
     def _has_rows(conn: sqlite3.Connection) -> bool:
@@ -308,6 +332,8 @@ _SKIPPED = object()
 #: Seconds before a write-behind thread tries again when rows are left (another process was
 #: sending: only one does at a time, and it may have finished before our rows were written).
 _RETRY_SOON = 0.02
+#: Seconds a write-behind thread, woken by a write, waits for more before sending.
+_GATHER = 0.005
 #: The backends of this process, for :func:`send_waiting`.
 _LIVE: "weakref.WeakSet[ResilientBackend]" = weakref.WeakSet()
 
@@ -340,7 +366,10 @@ def _drain_loop(ref: weakref.ref) -> None:
         if backend.write_behind and backend.spooled and backend.breaker.allow():
             interval = _RETRY_SOON  # rows left (another process held the lease): not a whole interval
         del backend  # not held while waiting
-        wake.wait(interval)
+        if wake.wait(interval):
+            # Woken by a write: a moment for the writes of other requests to join it, so a busy
+            # process sends a batch per round rather than racing each request for the outbox.
+            time.sleep(_GATHER)
         wake.clear()
         backend = ref()
         if backend is None or backend._stop.is_set():
