@@ -143,6 +143,13 @@ RECALL_INDEX_MIN_MEMORIES = 300
 #: with 10,000. A worker's RSS grows by up to this much with many users. 0 turns the cache off.
 RECALL_CACHE_BYTES = 16 * 2**20
 
+#: Seconds recall trusts a user's version it read while the user-state listener hears nothing
+#: about the user (a stored memory drops its pending entry, a deletion adds a forget marker: both
+#: publish the user id); a write that publishes nothing (maintenance expiring a task, a touch
+#: flush) is seen within this. 0: read it on every request.
+RECALL_VERSION_MAX_AGE = 1.0
+RECALL_VERSION_MAX_AGE = 1.0
+
 #: The most memories of one user the cache keeps; a larger user is read through the term index.
 RECALL_CACHE_USER_MEMORIES = 20_000
 

@@ -60,6 +60,8 @@ def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
 
 
 def _scripts(sentence: str) -> set[str]:
+    if sentence.isascii():  # no Han; Latin if it has a letter (an ASCII letter has case)
+        return {"latin"} if sentence.lower() != sentence.upper() else set()
     found = set()
     if _HAN.search(sentence, concurrent=False):
         found.add("han")

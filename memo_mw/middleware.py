@@ -43,6 +43,7 @@ from . import counters, defaults
 from .adapters import Turn, clean_id, inject, read_turn
 from .funnel import Funnel
 from .insights import UNKNOWN, ProfileReader
+from .statecache import CachedUserState
 from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
@@ -141,6 +142,11 @@ class MemoryMiddleware:
         self.queue = backend if backend is not None else make_backend(
             redis_url, queue_name=queue_name, outbox=outbox or self.db + ".outbox")
         self.recaller = Recaller(self.db, self.funnel, RecallConfig(k=recall_k, budget=recall_budget))
+        # With Redis, the user-state listener also tells recall when a user may have changed, so
+        # the user's version need not be read from SQLite on every request (memo_mw.statecache).
+        state = getattr(getattr(self.queue, "backend", self.queue), "state", None)
+        if isinstance(state, CachedUserState):
+            self.recaller.changes = state
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self.clock = clock
 

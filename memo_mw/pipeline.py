@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import queue
+import time
 import sqlite3
 from typing import Any
 
@@ -65,6 +66,10 @@ class Recaller:
         #: cached large users: how many needed more candidates, and every memory that could score.
         #: The version of each user as the last request read it (ProfileReader keys on it).
         self.versions: dict[str, int | None] = {}
+        #: Something whose ``stamp(user_id)`` moves whenever the user may have changed (the
+        #: user-state cache's listener, memo_mw.statecache); None: read the version every time.
+        self.changes: Any = None
+        self._known: dict[str, tuple[Any, float, tuple[int | None, int]]] = {}
         self.stats = collections.Counter(indexed=0, fallback=0, ranked=0, ranked_retry=0, ranked_full=0)
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
         #: Users' memories kept in this process (memo_mw.memcache); None: read them every time.
@@ -120,7 +125,7 @@ class Recaller:
         if self.cache is None:
             return None
         try:
-            version, touched = _versions(store, user_id)
+            version, touched = self._known_versions(store, user_id)
         except sqlite3.OperationalError:  # a database older than user_versions, opened read-only
             return None
         if len(self.versions) >= _VERSIONS_KEPT:
@@ -149,6 +154,21 @@ class Recaller:
                 store.db.execute("commit")
             self.cache.put(user_id, entry)
         return entry
+
+    def _known_versions(self, store: Store, user_id: str) -> tuple[int | None, int]:
+        """The user's version and touched: from SQLite, or as last read while nothing said the
+        user changed (``changes``, the user-state listener) and for at most VERSION_MAX_AGE."""
+        stamp = self.changes.stamp(user_id) if self.changes is not None else None
+        if stamp is not None:
+            known = self._known.get(user_id)
+            if known is not None and known[0] == stamp and time.monotonic() - known[1] < defaults.RECALL_VERSION_MAX_AGE:
+                return known[2]
+        versions = _versions(store, user_id)  # read after the stamp: a change meanwhile moves it
+        if stamp is not None:
+            if len(self._known) >= _VERSIONS_KEPT:
+                self._known.clear()
+            self._known[user_id] = (stamp, time.monotonic(), versions)
+        return versions
 
     def _retouched(self, store: Store, user_id: str, entry: RankedMemories) -> RankedMemories | None:
         store.db.execute("begin")

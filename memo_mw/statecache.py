@@ -45,6 +45,7 @@ class CachedUserState:
         self._on_send = on_send  # called by the sender thread each round (the backend's touches)
         self._cache: collections.OrderedDict[str, tuple[UserState, float]] = collections.OrderedDict()
         self._generation: dict[str, int] = collections.defaultdict(int)
+        self._epoch = 0  # moves each time the listener subscribes or loses Redis
         self._lock = threading.Lock()
         self.listening = False
         self.stats = collections.Counter()
@@ -76,6 +77,16 @@ class CachedUserState:
                         evicted, _ = self._cache.popitem(last=False)
                         self._generation.pop(evicted, None)
         return state
+
+    def stamp(self, user_id: str) -> tuple[int, int] | None:
+        """A mark that changes whenever the user's state may have changed (a message about the
+        user, a write from here, the listener losing or regaining Redis); None while nothing can
+        be trusted (not listening). Recall keys its copy of the user's version on it (a stored
+        memory drops its pending entry, a deletion adds a forget marker: both publish; anything
+        else is seen within defaults.RECALL_VERSION_MAX_AGE)."""
+        if not (self.listening and self._threads_pid == os.getpid()):
+            return None
+        return self._epoch, self._generation.get(user_id, 0)
 
     def invalidate(self, user_id: str) -> None:
         with self._lock:
@@ -145,6 +156,7 @@ def _listen(ref: weakref.ref) -> None:
                 return
             with cache._lock:
                 cache._cache.clear()
+                cache._epoch += 1
             cache.listening = True
             del cache
             backoff = 0.1
@@ -161,6 +173,7 @@ def _listen(ref: weakref.ref) -> None:
             if cache is None:
                 return
             cache.listening = False
+            cache._epoch += 1
             stop = cache._stop
             del cache
             log.debug("memo-mw: state listener lost Redis (%s); retrying", exc)

@@ -85,3 +85,42 @@ def test_a_read_racing_with_a_change_is_not_kept(connection):
     web.read("alice")
     assert web.stats["miss"] == misses + 1  # fetched again, the raced copy was not kept
     web.close()
+
+
+def test_recall_reads_a_users_version_again_only_when_told_or_after_a_while(redis_url, db, monkeypatch):
+    """With Redis, recall keeps each user's version while the state listener hears nothing about
+    the user (and for at most RECALL_VERSION_MAX_AGE): a stored memory (its pending entry dropped
+    by the job) is recalled on the next request all the same."""
+    from flask import Flask, jsonify, request
+
+    from memo_mw import MemoryMiddleware, defaults
+    from memo_mw import pipeline
+    from memo_mw.outbox import send_waiting
+
+    from .conftest import drain
+
+    monkeypatch.setattr(defaults, "RECALL_VERSION_MAX_AGE", 3600)
+    app = Flask(__name__)
+    app.post("/chat")(lambda: jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])]))
+    middleware = app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    client = app.test_client()
+    reads = []
+    original = pipeline._versions
+    monkeypatch.setattr(pipeline, "_versions", lambda store, user: reads.append(user) or original(store, user))
+
+    def ask(text, user="alice"):
+        return client.post("/chat", json={"message": text}, headers={"X-User-Id": user}).json["memories"]
+
+    assert wait_until(lambda: ask("hello?") == [] and middleware.queue.backend.state.listening)
+    reads.clear()
+    for _ in range(3):
+        assert ask("any kalimba songs?") == []
+    assert reads == []  # nothing changed: no SQLite read of the version
+    ask("I like kalimba music", user="bob")  # another user's capture tells nothing about alice
+    send_waiting()
+    assert ask("any kalimba songs?") == [] and "alice" not in reads
+    client.post("/chat", json={"message": "I like kalimba music"}, headers={"X-User-Id": "alice"})
+    drain(redis_url)  # stored, and the job dropped the pending entry: the listener hears of alice
+    assert wait_until(lambda: ask("any kalimba songs?") == ["likes kalimba music"])
+    assert "alice" in reads
+    middleware.queue.close()
