@@ -50,15 +50,19 @@ class TopicTagger:
         for entries in self._word_phrases.values():
             entries.sort(key=lambda entry: len(entry[0]), reverse=True)
         self._lengths = sorted({len(p) for p in self._substrings}, reverse=True)
+        self._stems = frozenset(self._by_stem)
+        self._firsts = frozenset(self._word_phrases)
         self.tag = functools.lru_cache(maxsize=65536)(self._tag)
 
     def _tag(self, text: str) -> frozenset[str]:
         found: set[str] = set()
-        for token in tokens(text):
-            found |= self._by_stem.get(token, _NONE)
+        for token in self._stems.intersection(tokens(text)):  # the few words with a topic, in C
+            found |= self._by_stem[token]
         folded = nfkc(text).casefold()
         if self._word_phrases:
             words = _WORDS.findall(folded, concurrent=False)
+            if self._firsts.isdisjoint(words):
+                words = ()  # no phrase starts with any of these words
             for i, word in enumerate(words):
                 for phrase, topics in self._word_phrases.get(word, ()):
                     if tuple(words[i:i + len(phrase)]) == phrase:
