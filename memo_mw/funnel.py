@@ -212,7 +212,9 @@ class Funnel:
             except TimeoutError:
                 log.warning("memo-mw: a filler pattern timed out; left the text as it was")
                 continue
-            changed = changed or cleaned != text
+            if cleaned != text:  # a removal can make the next filler's needles: look again
+                changed = True
+                present = self._screen.present(cleaned)
             text = cleaned
         # Runs of spaces become one; line breaks stay, as they end sentences.
         if text.isascii() and "  " not in text and "\t" not in text and "\r" not in text \

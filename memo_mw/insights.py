@@ -282,7 +282,7 @@ class ProfileReader:
         version = self._version_of(user_id) if self._version_of is not None else UNKNOWN
         kept = self._kept.get(user_id) if version is not UNKNOWN else None
         if kept is not None and kept[0] == version:
-            return kept[1]
+            return list(kept[1])  # the request's own list: an app may change what it is given
         chosen = self._read(user_id)
         if version is not UNKNOWN:
             if len(self._kept) >= self.KEPT_USERS:

@@ -122,6 +122,7 @@ class _Info:
 
 _EMPTY = _Info(frozenset({""}))  # zero-width: an anchor, a boundary, a lookaround
 _ANY = _Info(None)  # one character of a class, or anything unknown that consumes
+_COMMENT = _Info(frozenset({""}))  # (?#...): nothing, but a quantifier after it is not its own
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "e": "\x1b"}
 _ZERO_WIDTH_ESCAPES = set("bBAZGKmM")
@@ -213,6 +214,8 @@ class _Reader:
 
     def quantified(self) -> _Info:
         atom = self.atom()
+        if atom is _COMMENT and self.peek() in ("*", "+", "?", "{"):
+            raise _Unknown("a quantifier after a comment")  # it applies to what came before
         low, high = self.quantifier()
         if low is None:
             return atom
@@ -254,14 +257,16 @@ class _Reader:
                 raise _Unknown("{")
             body = self.p[self.i + 1 : end]
             low, comma, high = body.partition(",")
-            if not (low.strip().isdigit() or (comma and not low.strip())) or \
-                    (comma and high.strip() and not high.strip().isdigit()):
-                raise _Unknown(body)  # a literal brace, or fuzzy matching: not read here
+            # Exactly {m}, {m,}, {,n} or {m,n}: anything else ({ 2}, {1, 2}, fuzzy {e<=1}) is
+            # literal text or syntax not read here.
+            if not (low.isascii() and high.isascii() and (low.isdigit() or (comma and low == ""))
+                    and (high.isdigit() or high == "")):
+                raise _Unknown(body)
             self.i = end + 1
-            low_n = int(low) if low.strip() else 0
+            low_n = int(low) if low else 0
             if not comma:
                 return low_n, low_n
-            return low_n, int(high) if high.strip() else None
+            return low_n, int(high) if high else None
         return None, None
 
     def atom(self) -> _Info:
@@ -384,7 +389,7 @@ class _Reader:
                 if end < 0:
                     raise _Unknown("(?#")
                 self.i = end + 1
-                return _EMPTY
+                return _COMMENT
             else:
                 # Scoped flags, (?-i:...) or (?s:...): the content's needles stand. Global
                 # flags, (?x) or (?V1), change how the rest reads: not read here.

@@ -52,8 +52,12 @@ class Outbox:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._local = threading.local()
         self._checkpointed = 0.0
-        #: This process's writers (requests, the outbox thread) take turns here before SQLite's lock.
+        #: Set by a forget whose checkpoint readers held back: the outbox thread retries it.
+        self.checkpoint_due = False
+        #: This process's writers (requests, the outbox thread) take turns here before SQLite's
+        #: lock; made again in a forked child (a lock held by a thread at the fork stays held).
         self._writing = threading.Lock()
+        _OUTBOXES.add(self)
         conn = self._connect()
         conn.execute("create table if not exists outbox (id integer primary key autoincrement, "
                      "func text not null, args text not null, job_id text, user_id text, "
@@ -81,8 +85,18 @@ class Outbox:
     def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
         row = [func, json.dumps(args, ensure_ascii=False), job_id, user_id, time.time()]
         conn = self._connect()
-        with self._writing:
+        with self._turn():
             conn.execute("insert into outbox (func, args, job_id, user_id, created) values (?, ?, ?, ?, ?)", row)
+
+    @contextlib.contextmanager
+    def _turn(self):
+        """This process's turn to write, waited for no longer than SQLite's own busy timeout."""
+        if not self._writing.acquire(timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000):
+            raise sqlite3.OperationalError(f"the outbox {self.path} stayed busy")
+        try:
+            yield
+        finally:
+            self._writing.release()
 
     def count(self) -> int:
         return self._connect().execute("select count(*) from outbox").fetchone()[0]
@@ -114,26 +128,38 @@ class Outbox:
                 else:
                     conn.execute("delete from outbox where id = ?", [row_id])
         # Always, not only when a row changed: rows already sent left old copies in the WAL
-        # (sends fold it back only now and then), and a forget leaves no copy anywhere.
-        self._checkpoint()
+        # (sends fold it back only now and then), and a forget leaves no copy anywhere. Without
+        # waiting on the request: when readers hold it back, the outbox thread does it.
+        self._checkpoint(wait=False)
         return changed
 
-    def _checkpoint(self) -> None:
-        """Fold the WAL back into the file: the old copies of deleted rows go with it."""
+    def _checkpoint(self, *, wait: bool = True) -> bool:
+        """Fold the WAL back into the file: the old copies of deleted rows go with it. True when
+        done; else (readers held it back) ``checkpoint_due`` stays set for the outbox thread."""
         conn = self._connect()
-        with self._writing:  # it makes writers wait: this process's wait on the lock instead
-            conn.execute("pragma wal_checkpoint(truncate)")
-        self._checkpointed = time.monotonic()
+        if not wait:
+            conn.execute("pragma busy_timeout = 0")
+        try:
+            busy = conn.execute("pragma wal_checkpoint(truncate)").fetchone()[0]
+        except sqlite3.OperationalError:  # locked by a writer of another process
+            busy = 1
+        finally:
+            if not wait:
+                conn.execute(f"pragma busy_timeout = {int(defaults.SQLITE_BUSY_TIMEOUT_MS)}")
+        self.checkpoint_due = bool(busy)
+        if not busy:
+            self._checkpointed = time.monotonic()
+        return not busy
 
     def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50,
-              lease: float = 10.0, checkpoint_interval: float = 0.0) -> int:
+              lease: float = 60.0, checkpoint_interval: float = 0.0) -> int:
         """Send the rows, oldest first, deleting each batch once sent; stop at the first failure
         (and raise it). No write lock is held while sending: a request's put never waits on Redis.
         Returns 0 at once when another process is draining."""
         conn = self._connect()
         holder = f"{os.getpid()}-{threading.get_ident()}"
         now = time.time()
-        with self._writing:
+        with self._turn():
             if conn.execute("update drain_lease set holder = ?, until = ? where id = 1 and (holder is null"
                             " or holder = ? or until < ?)", [holder, now + lease, holder, now]).rowcount == 0:
                 return 0
@@ -159,25 +185,26 @@ class Outbox:
                             # None left (rows written while this batch was sent go in the next round).
                             conn.execute("update drain_lease set holder = null where id = 1 and holder = ?", [holder])
                             held = False
-                        else:
-                            conn.execute("update drain_lease set until = ? where id = 1 and holder = ?",
-                                         [time.time() + lease, holder])
+                        elif conn.execute("update drain_lease set until = ? where id = 1 and holder = ?",
+                                          [time.time() + lease, holder]).rowcount == 0:
+                            held = False  # the lease lapsed (a stall): another process sends now
+                            log.warning("memo-mw: the outbox send lease lapsed; another process sends")
             return sent
         finally:
             if held:  # a send failed: let another process (or the next round) try
-                with self._writing:
+                with self._turn():
                     conn.execute("update drain_lease set holder = null where id = 1 and holder = ?", [holder])
             # Sends happen after every capture: fold the WAL back now and then, not each time
             # (a truncating checkpoint makes the next writer wait for it); at once after a
             # forget request, whose words name what is to be gone.
-            if sent and (forgets or time.monotonic() - self._checkpointed >= checkpoint_interval):
+            if self.checkpoint_due or (sent and (forgets or time.monotonic() - self._checkpointed >= checkpoint_interval)):
                 self._checkpoint()
 
     @contextlib.contextmanager
     def _transaction(self, conn: sqlite3.Connection):
         """One write transaction; this process's writers take turns on a lock first (a request's
         put then waits on the thread's few statements, never on SQLite's sleeping busy handler)."""
-        with self._writing:
+        with self._turn():
             conn.execute("begin immediate")
             try:
                 yield
@@ -329,6 +356,18 @@ class ResilientBackend:
 
 
 _SKIPPED = object()
+_OUTBOXES: "weakref.WeakSet[Outbox]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts with locks nobody holds (its parent's threads are not in it)."""
+    for outbox in list(_OUTBOXES):
+        outbox._writing = threading.Lock()
+    for backend in list(_LIVE):
+        backend._start_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 #: Seconds before a write-behind thread tries again when rows are left (another process was
 #: sending: only one does at a time, and it may have finished before our rows were written).
 _RETRY_SOON = 0.02
@@ -348,6 +387,13 @@ def _send_at_exit() -> None:
                 backend.send_now(timeout=2.0)
             except Exception:
                 log.exception("memo-mw: could not send the outbox at exit; its rows wait in the file")
+    for outbox in list(_OUTBOXES):
+        try:  # a lease this process's thread holds ends with it: the next process need not wait
+            with outbox._turn():
+                outbox._connect().execute("update drain_lease set holder = null where id = 1 and holder like ?",
+                                          [f"{os.getpid()}-%"])
+        except Exception:
+            log.debug("memo-mw: outbox lease not released at exit", exc_info=True)
 
 
 def send_waiting() -> int:
@@ -378,6 +424,8 @@ def _drain_loop(ref: weakref.ref) -> None:
             backend.spooled = bool(backend.outbox.count())
             if backend.spooled:
                 backend.drain()
+            elif backend.outbox.checkpoint_due:  # a forget's checkpoint that readers held back
+                backend.outbox._checkpoint()
         except Exception:  # never let the thread die: the next round tries again
             log.exception("memo-mw: outbox drain failed")
         del backend

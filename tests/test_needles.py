@@ -3,6 +3,7 @@ with them changes no funnel result."""
 
 from __future__ import annotations
 
+import pytest
 import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -45,8 +46,21 @@ def test_needles_holding_another_needle_are_dropped():
 
 def test_nothing_known_means_no_needles():
     for pattern in (r"[a-z]+", r"\w+\s\d", "a?b?", r"(?i)like", r"(?x) like", r"(\w)\1", r"\L<words>",
-                    "x|[ab]", r"like{e<=1}", "(?|a|b)", "ab(", "a)b", r"\N{DIGIT ONE}like"):
+                    "x|[ab]", r"like{e<=1}", "(?|a|b)", "ab(", "a)b", r"\N{DIGIT ONE}like",
+                    "(?:ab){2, 3}", "(?:ab){ 2}", "colou(?#uk)?r"):
         assert needles(pattern) == (), pattern
+
+
+@pytest.mark.parametrize("pattern, text", [
+    ("(?:ab){2, 3}", "ab{2, 3}"),  # not a quantifier: literal braces
+    ("(?:ab){ 2}", "ab{ 2}"),
+    ("colou(?#uk)?r", "my favorite color"),  # the ? applies to the u, not to the comment
+])
+def test_what_is_not_a_quantifier_is_not_read_as_one(pattern, text):
+    assert regex.compile(pattern, FLAGS).search(text)
+    screen = Screen()
+    screen.add("p", needles(pattern))
+    assert screen.may_match("p", screen.present(text))
 
 
 def test_lone_latin_letters_are_not_needles():
@@ -81,14 +95,15 @@ def test_fold_agrees_with_the_regex_modules_case_insensitive_matching():
 
 
 _PIECES = st.sampled_from(["a", "b", "A", "B", "i", "I", "ı", "İ", "ß", "ss", "k", "K", "ſ", "我", "喜欢", " ",
-                           "like", "LIKE", r"\.", ".", r"\s", r"\w", r"\b", "[ab]", "[^a]", "^", "$", r"\d"])
+                           "like", "LIKE", r"\.", ".", r"\s", r"\w", r"\b", "[ab]", "[^a]", "^", "$", r"\d",
+                           "(?#c)", "{", "}", "{2, 3}", "{ 2}"])
 
 
 def _pattern(children):
     return st.one_of(
         st.lists(children, min_size=1, max_size=4).map("".join),
         st.lists(children, min_size=2, max_size=3).map(lambda xs: "(?:" + "|".join(xs) + ")"),
-        st.tuples(children, st.sampled_from(["?", "*", "+", "{2}", "{1,2}", "{0,3}", "+?", "??"]))
+        st.tuples(children, st.sampled_from(["?", "*", "+", "{2}", "{1,2}", "{0,3}", "+?", "??", "{,2}", "{2,}"]))
         .map(lambda t: "(?:" + t[0] + ")" + t[1]),
         children.map(lambda x: "(?=" + x + ")"),
         children.map(lambda x: "(?<!" + x + ")"),
@@ -99,7 +114,8 @@ def _pattern(children):
 
 PATTERNS = st.recursive(_PIECES, _pattern, max_leaves=8)
 TEXTS = st.lists(st.sampled_from(["a", "b", "A", "B", "i", "I", "ı", "İ", "ß", "ẞ", "SS", "s", "k", "K", "K", "ſ",
-                                  "我", "喜欢", "喜", " ", ".", "like", "LiKe", "1", "x"]), max_size=12).map("".join)
+                                  "我", "喜欢", "喜", " ", ".", "like", "LiKe", "1", "x", "{", "}", "{2, 3}", "{ 2}",
+                                  ","]), max_size=12).map("".join)
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -144,8 +160,15 @@ def test_screening_changes_no_funnel_result():
     assert len(sentences) > 500
     messages = sentences + [" ".join(sentences[i:i + 3]) for i in range(0, len(sentences), 3)] + [
         "what's the weather like in Paris today?", "Um, I like jazz. Forget that I play tennis.",
-        "我觉得吧，我喜欢爵士乐", "ok so I LIKE hiking", "İ LİKE SUSHİ", "I ᴸike nothing"]
+        "我觉得吧，我喜欢爵士乐", "ok so I LIKE hiking", "İ LİKE SUSHİ", "I ᴸike nothing",
+        "to be 其实honest, I like green tea"]  # a filler's removal makes the next filler's needles
     for message in messages:
         a, b = screened.process(message), plain.process(message)
         assert (a.stage, a.candidates, a.forget_match, a.trace) == (b.stage, b.candidates, b.forget_match, b.trace), \
             message
+
+
+def test_cleaning_looks_again_after_a_filler_changed_the_text():
+    rules = load_rules()
+    text = "to be 其实honest, I like green tea"
+    assert Funnel(rules).clean(text) == Funnel(rules, screen=False).clean(text) == "I like green tea"

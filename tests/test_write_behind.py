@@ -139,3 +139,53 @@ def test_without_write_behind_the_request_sends_the_job_itself(db, redis_url, op
     client.post("/chat", **plain("I like kalimba music"))
     assert [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"]  # before any thread ran
     assert Outbox(db + ".outbox").count() == 0
+
+
+def test_a_forked_child_writes_even_when_the_parent_held_the_outbox_lock(db):
+    """gunicorn --preload forks workers from a process whose outbox thread may be writing: the
+    child must not inherit a lock that nobody will ever release."""
+    outbox = Outbox(db + ".outbox")
+    with outbox._turn():  # the parent's thread is mid-write at the fork
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                outbox.put("memo_mw.jobs.remember", [db, {"user_id": "u"}], "memo-remember-x", "u")
+                os._exit(0)
+            except BaseException:
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert Outbox(db + ".outbox").count() == 1
+
+
+def test_a_sender_that_lost_its_lease_stops(db):
+    """A stalled sender whose lease lapsed, and another process took over, sends no more rows."""
+    outbox = Outbox(db + ".outbox")
+    for i in range(3):
+        outbox.put("memo_mw.jobs.touch", [db, "u", [i], 0], None, "u")
+    sent = []
+
+    def send(func, args, job_id):
+        sent.append(args[2])
+        if len(sent) == 1:  # meanwhile the lease lapsed and another process took it
+            outbox._connect().execute("update drain_lease set holder = 'another', until = ?", [10**10])
+
+    assert outbox.drain(send, batch=1) == 1
+    assert sent == [[0]] and outbox.count() == 2
+
+
+def test_a_forget_does_not_wait_on_readers_for_its_checkpoint(db):
+    outbox = Outbox(db + ".outbox")
+    outbox.put("memo_mw.jobs.remember", [db, {"user_id": "u", "ts": 1, "candidates": []}], None, "u")
+    reader = __import__("sqlite3").connect(db + ".outbox")
+    reader.execute("begin")
+    reader.execute("select count(*) from outbox").fetchone()  # a read transaction holds the WAL
+    outbox.put("memo_mw.jobs.touch", [db, "u", [1], 0], None, "u")
+    import time
+
+    started = time.monotonic()
+    outbox.forget("u", {"tokens": None, "ts": 10**10})
+    assert time.monotonic() - started < 1.0  # not the busy timeout
+    assert outbox.checkpoint_due  # left for the outbox thread
+    reader.execute("rollback")
+    assert outbox._checkpoint() and not outbox.checkpoint_due
