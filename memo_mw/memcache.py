@@ -32,7 +32,7 @@ import json
 import math
 import threading
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import defaults
@@ -74,6 +74,8 @@ class UserMemories:
     features: dict[int, tuple[frozenset[str], float, frozenset[str], int]]
     #: The user's ``touched`` (recall counts) when loaded: a small user is simply loaded again.
     touched: int = 0
+    #: The memories on each slot (key): a pending statement on one replaces them.
+    by_key: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, version: int | None, memories: list[dict[str, Any]],
@@ -92,9 +94,13 @@ class UserMemories:
             if memory.get("type") == "style" or memory.get("status") == "pending_confirm":
                 always.append(i)
             features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)))
+        by_key: dict[str, list[int]] = collections.defaultdict(list)
+        for i, memory in enumerate(memories):
+            by_key[memory["key"]].append(i)
         return cls(version, memories, {t: tuple(v) for t, v in by_token.items()},
                    {t: tuple(v) for t, v in by_topic.items()}, tuple(always),
-                   max((int(m.get("hits") or 0) for m in memories), default=0), features, touched)
+                   max((int(m.get("hits") or 0) for m in memories), default=0), features, touched,
+                   {k: tuple(v) for k, v in by_key.items()})
 
     @property
     def size(self) -> int:
@@ -104,9 +110,19 @@ class UserMemories:
     def cost(self) -> int:
         return len(self.memories) * DICT_BYTES
 
-    def candidates(self, message_tokens: frozenset[str] | set[str], message_topics: frozenset[str]) -> list[dict[str, Any]]:
-        """The memories that may score for a message with these tokens and topics, in stored order."""
+    def hottest_on(self, keys: set[str]) -> bool:
+        """Whether a memory as hot as the hottest fills one of these slots (a pending statement
+        there would hide it, and hotness is normalised by the hottest memory the request sees)."""
+        return any(int(self.memories[i].get("hits") or 0) >= self.max_hits
+                   for key in keys for i in self.by_key.get(key, ()))
+
+    def candidates(self, message_tokens: frozenset[str] | set[str], message_topics: frozenset[str],
+                   keys: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+        """The memories that may score for a message with these tokens and topics, in stored order,
+        and those on the slots ``keys`` (which pending statements replace or repeat)."""
         picked = set(self.always)
+        for key in keys:
+            picked.update(self.by_key.get(key, ()))
         for token in message_tokens:
             picked.update(self.by_token.get(token, ()))
         for topic in message_topics:

@@ -193,12 +193,15 @@ class Recaller:
             return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=tag,
                                 visible=lambda memories: visible(memories, state), pending_keys=pending_keys,
                                 candidates=self.cache_candidates, stats=self.stats)
-        if recall_all or state.pending or state.forgets or state.shown:
-            # Everything may show, pending statements replace slots, or what is hidden changes
-            # the hottest memory (hotness is normalised by the hottest visible one).
+        pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
+        if recall_all or state.forgets or state.shown or entry.hottest_on(pending_keys):
+            # Everything may show, or what is hidden changes the hottest memory (hotness is
+            # normalised by the hottest visible one).
             memories, max_hits = entry.memories, None
-        else:  # only what shares a token or topic with the message can score (and style, confirmations)
-            memories, max_hits = entry.candidates(tokens(message), tag(message)), entry.max_hits
+        else:
+            # Only what shares a token or topic with the message can score (and style,
+            # confirmations), and a pending statement meets only the memories on its own slot.
+            memories, max_hits = entry.candidates(tokens(message), tag(message), pending_keys), entry.max_hits
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
                      topics=tag, max_hits=max_hits, features=entry.features)
 

@@ -104,3 +104,31 @@ def test_hiding_the_hottest_memory_changes_every_score(db, funnel):
     state = UserState([], [forget_marker("green tea", NOW)], set())
     assert answers(cached, "alice", state) == answers(plain, "alice", state)
     assert answers(cached, "alice") == answers(plain, "alice")
+
+
+def test_with_pending_statements_the_cache_scores_candidates_and_agrees(db, funnel):
+    """A pending statement replaces the stored ones on its slot (or repeats one): the cache then
+    scores only the candidates and those slots, and answers as scoring every memory does, also
+    when the statement would hide the hottest memory."""
+    import random
+
+    rng = random.Random(3)
+    for i, text in enumerate(STATEMENTS):
+        say(db, funnel, "alice", text, NOW - 86400 * i)
+    with Store(db) as store:
+        memories = store.memories("alice")
+        store.touch("alice", {m["id"]: rng.randrange(1, 30) for m in memories[:6]}, NOW - 3600)
+        # The hottest of all on the green tea slot, which "I hate green tea" replaces.
+        store.touch("alice", {next(m["id"] for m in memories if m["key"] == "green tea"): 90}, NOW - 3600)
+    cached = Recaller(db, funnel, RecallConfig())
+    plain = Recaller(db, funnel, RecallConfig(), cache_bytes=0)
+    said = ["I hate green tea", "I like green tea", "I like jasmine tea", "我不喜欢喝乌龙茶", "I live in Porto",
+            "from now on answer in detail", "I love bossa nova", "我住在上海"]
+    for n in range(1, 4):
+        for texts in (said[i:i + n] for i in range(len(said) - n + 1)):
+            pending = [{"job_key": f"k{j}", "user_id": "alice", "session_id": "s", "ts": NOW + j, "message_id": None,
+                        "candidates": [c.as_dict() for c in funnel.process(t).candidates]}
+                       for j, t in enumerate(texts)]
+            state = UserState(pending, [], set())
+            assert answers(cached, "alice", state) == answers(plain, "alice", state), texts
+    assert cached.cache.stats["hit"] > 0
