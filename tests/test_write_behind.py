@@ -28,6 +28,9 @@ def opened():
     middlewares = []
     yield middlewares
     for middleware in middlewares:
+        held = getattr(middleware.queue, "_held", None)
+        if held is not None:
+            held.release()
         middleware.queue.close()
 
 
@@ -43,26 +46,26 @@ def queued(redis_url) -> list:
 
 
 class Held:
-    """Stands in for the outbox thread's wake-up event: the thread sleeps through puts, so the
-    rows stay where the request wrote them (as if the process stopped right after)."""
+    """While held, this middleware's outbox sends nothing (neither its thread nor a flush), as if
+    the process had stopped right after writing; release() lets it send again."""
 
-    def set(self):
-        pass
+    def __init__(self, backend):
+        self.held = True
+        self._drain = backend.drain
+        backend.drain = self.drain  # the thread and send_now both send through it
+        backend._held = self
 
-    def wait(self, timeout=None):
-        import time
+    def drain(self):
+        return 0 if self.held else self._drain()
 
-        time.sleep(min(timeout or 0.05, 0.05))
-        return False
-
-    def clear(self):
-        pass
+    def release(self):
+        self.held = False
 
 
 def hold(middleware, monkeypatch):
-    """The outbox thread of this middleware sends nothing until asked (flush, close)."""
-    monkeypatch.setattr(middleware.queue, "_wake", Held())
+    """The outbox thread of this middleware sends nothing until released."""
     monkeypatch.setattr(middleware.queue, "drain_interval", 3600)
+    return Held(middleware.queue)
 
 
 def held_capture(db, redis_url, opened, monkeypatch):
@@ -95,6 +98,7 @@ def test_a_forget_reaches_a_capture_still_in_the_outbox(db, redis_url, opened, m
     client, middleware = held_capture(db, redis_url, opened, monkeypatch)
     client.post("/chat", **plain("forget that I like kalimba music"))
     assert client.post("/chat", **plain("kalimba?")).json["memories"] == []
+    middleware.queue._held.release()
     middleware.queue.flush()
     drain(redis_url)
     assert Store(db).memories("alice", include_inactive=True) == []
@@ -110,8 +114,7 @@ def test_a_process_that_dies_before_sending_loses_nothing(db, redis_url, opened)
         from memo_mw import MemoryMiddleware
         app = chat_app()
         app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db={db!r}, redis_url={redis_url!r})
-        middleware.queue._wake = Held()
-        middleware.queue.drain_interval = 3600
+        Held(middleware.queue)
         reply = app.test_client().post("/chat", **plain("I like kalimba music"))
         assert reply.status_code == 200
         os._exit(0)  # no close, no flush: as a killed process
@@ -127,6 +130,7 @@ def test_a_process_that_dies_before_sending_loses_nothing(db, redis_url, opened)
 def test_closing_sends_what_waits(db, redis_url, opened, monkeypatch):
     client, middleware = held_capture(db, redis_url, opened, monkeypatch)
     assert queued(redis_url) == []
+    middleware.queue._held.release()  # its thread sleeps (nothing wakes it): close sends
     middleware.queue.close()
     opened.remove(middleware)
     assert [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"]
@@ -135,9 +139,9 @@ def test_closing_sends_what_waits(db, redis_url, opened, monkeypatch):
 def test_without_write_behind_the_request_sends_the_job_itself(db, redis_url, opened, monkeypatch):
     monkeypatch.setattr(defaults, "WRITE_BEHIND", False)
     client, middleware = wrap(db, redis_url, opened)
-    monkeypatch.setattr(middleware.queue, "_wake", Held())
+    hold(middleware, monkeypatch)  # no thread sends: what is in Redis, the request sent
     client.post("/chat", **plain("I like kalimba music"))
-    assert [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"]  # before any thread ran
+    assert [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"]
     assert Outbox(db + ".outbox").count() == 0
 
 
