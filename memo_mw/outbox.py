@@ -152,10 +152,13 @@ class Outbox:
         return not busy
 
     def drain(self, send: Callable[[str, list[Any], str | None], None], *, batch: int = 50,
-              lease: float = 60.0, checkpoint_interval: float = 0.0) -> int:
+              lease: float = 60.0, checkpoint_interval: float = 0.0,
+              send_many: Callable[[list[tuple[str, list[Any], str | None]]], None] | None = None) -> int:
         """Send the rows, oldest first, deleting each batch once sent; stop at the first failure
         (and raise it). No write lock is held while sending: a request's put never waits on Redis.
-        Returns 0 at once when another process is draining."""
+        ``send_many``, when given, sends a batch at once (all of it, or raises: then none of it
+        counts as sent, and the next round sends it again). Returns 0 at once when another
+        process is draining."""
         conn = self._connect()
         holder = f"{os.getpid()}-{threading.get_ident()}"
         now = time.time()
@@ -172,7 +175,11 @@ class Outbox:
                                     [batch]).fetchall()
                 done = []
                 try:
-                    for row_id, func, args, job_id in rows:
+                    if send_many is not None and len(rows) > 1:
+                        send_many([(func, json.loads(args), job_id) for _, func, args, job_id in rows])
+                        done = [row[0] for row in rows]
+                        forgets = forgets or any(row[1] == FORGET for row in rows)
+                    for row_id, func, args, job_id in rows if not done else ():
                         send(func, json.loads(args), job_id)
                         done.append(row_id)
                         forgets = forgets or func == FORGET
@@ -312,7 +319,8 @@ class ResilientBackend:
         try:
             if not self.write_behind:
                 self.backend.connection.ping()  # after an outage: is it back? (one cheap call)
-            sent = self.outbox.drain(self._send, checkpoint_interval=self.checkpoint_interval)
+            sent = self.outbox.drain(self._send, checkpoint_interval=self.checkpoint_interval,
+                                     send_many=self._send_many if hasattr(self.backend, "enqueue_many") else None)
         except self._errors as exc:
             self.breaker.failure()
             log.warning("memo-mw: Redis still unavailable (%s); the outbox waits", exc)
@@ -328,6 +336,17 @@ class ResilientBackend:
 
         # A remember job is pending again, as at the request, until it has stored its memory.
         self.backend.enqueue(func, args, job_id=job_id, pending=args[1] if func == REMEMBER else None)
+
+    def _send_many(self, rows: list[tuple[str, list[Any], str | None]]) -> None:
+        """A gathered batch in one round trip (jobs with ids; any other goes one by one)."""
+        from .queue import REMEMBER
+
+        if any(job_id is None for _, _, job_id in rows):
+            for row in rows:
+                self._send(*row)
+            return
+        self.backend.enqueue_many([(func, args, job_id, args[1] if func == REMEMBER else None)
+                                   for func, args, job_id in rows])
 
     def _ensure_drainer(self) -> None:
         """A drain thread in this process (again after a fork: threads do not survive one)."""

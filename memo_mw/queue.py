@@ -107,6 +107,7 @@ class RQBackend:
         self._touches: dict[tuple[str, str], tuple[collections.Counter, float]] = {}
         self._touches_lock = threading.Lock()
         self._no_script = redis.exceptions.NoScriptError
+        self._redis_errors_in_reply = redis.exceptions.ResponseError  # a reply, not a lost connection
         self._pending_prefix = self.state.inner._key("pending", "").encode("utf-8")
         self._fast_script = ""  # the enqueue script and the start of its command: on the first job
         self._fast_prefix = b""
@@ -138,23 +139,8 @@ class RQBackend:
         # job rq built: job_template), with only what differs per job computed here: no rq Job
         # object, the payload serialised once (the pending entry and the job share it), and the
         # command packed in one join (redis-py packs argument by argument).
-        prefix = self._fast_prefix or self._prepare_fast_path()
-        job = job_id.encode("utf-8")
-        if pending is not None:
-            pending_json = json.dumps(pending)
-            user = pending["user_id"]
-            user_bytes = user.encode("utf-8")
-            entry = (pending["job_key"].encode("utf-8"), pending_json.encode("utf-8"), user_bytes)
-        else:
-            pending_json = None
-            user_bytes = b""
-            entry = (b"", b"", b"")
-        data = zlib.compress(job_data(func, args, pending, pending_json))
-        parts = (b"rq:job:" + job, self._pending_prefix + user_bytes, job, *entry, b"%d" % defaults.PENDING_TTL,
-                 func.encode("utf-8"), data, utcnow().encode("ascii"))
-        command = b"".join([b"*%d\r\n" % (5 + len(parts)), prefix,
-                            *[b"$%d\r\n%s\r\n" % (len(part), part) for part in parts]])
-        if pending is not None:
+        command, user = self._unique_command(func, args, job_id, pending)
+        if user is not None:
             self.state.invalidate(user)
         try:
             try:
@@ -163,11 +149,75 @@ class RQBackend:
                 self.connection.script_load(self._fast_script)
                 queued = self._send(command)
         finally:
-            if pending is not None:
+            if user is not None:
                 self.state.invalidate(user)
         if not queued:
             log.debug("memo-mw: job %s already queued; not queued twice", job_id)
         return bool(queued)
+
+    def enqueue_many(self, jobs: list[tuple[str, list[Any], str, dict[str, Any] | None]]) -> list[bool]:
+        """Queue several jobs with ids (``(func, args, job_id, pending)``, as :meth:`enqueue`
+        takes them) in one round trip, in order: the outbox thread sends what it gathered so."""
+        commands, users = [], set()
+        for func, args, job_id, pending in jobs:
+            command, user = self._unique_command(func, args, job_id, pending)
+            commands.append(command)
+            if user is not None:
+                users.add(user)
+        for user in users:
+            self.state.invalidate(user)
+        try:
+            replies = self._send_many(commands)
+            if any(isinstance(r, self._no_script) for r in replies):
+                # Every one of them found the script missing (it is gone for all or none): again.
+                self.connection.script_load(self._fast_script)
+                replies = self._send_many(commands)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        finally:
+            for user in users:
+                self.state.invalidate(user)
+        return [bool(r) for r in replies]
+
+    def _unique_command(self, func: str, args: list[Any], job_id: str, pending: dict[str, Any] | None
+                        ) -> tuple[bytes, str | None]:
+        """The packed EVALSHA of the enqueue script for one job, and the user whose pending entry
+        it writes (None without one)."""
+        prefix = self._fast_prefix or self._prepare_fast_path()
+        job = job_id.encode("utf-8")
+        if pending is not None:
+            pending_json = json.dumps(pending)
+            user = pending["user_id"]
+            user_bytes = user.encode("utf-8")
+            entry = (pending["job_key"].encode("utf-8"), pending_json.encode("utf-8"), user_bytes)
+        else:
+            pending_json, user = None, None
+            user_bytes = b""
+            entry = (b"", b"", b"")
+        data = zlib.compress(job_data(func, args, pending, pending_json))
+        parts = (b"rq:job:" + job, self._pending_prefix + user_bytes, job, *entry, b"%d" % defaults.PENDING_TTL,
+                 func.encode("utf-8"), data, utcnow().encode("ascii"))
+        command = b"".join([b"*%d\r\n" % (5 + len(parts)), prefix,
+                            *[b"$%d\r\n%s\r\n" % (len(part), part) for part in parts]])
+        return command, user
+
+    def _send_many(self, commands: list[bytes]) -> list[Any]:
+        """Packed commands written at once on one pooled connection, and every reply read (an
+        error reply is returned in its place, not raised, so the connection stays in step)."""
+        pool = self.connection.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command(commands)
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except self._redis_errors_in_reply as exc:
+                    replies.append(exc)
+            return replies
+        finally:
+            pool.release(conn)
 
     def _send(self, command: bytes) -> Any:
         """One packed command on a connection of the client's pool, and its reply (what

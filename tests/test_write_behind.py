@@ -193,3 +193,25 @@ def test_a_forget_does_not_wait_on_readers_for_its_checkpoint(db):
     assert outbox.checkpoint_due  # left for the outbox thread
     reader.execute("rollback")
     assert outbox._checkpoint() and not outbox.checkpoint_due
+
+
+def test_a_gathered_batch_goes_in_one_round_trip_in_order(db, redis_url, opened, monkeypatch):
+    client, middleware = wrap(db, redis_url, opened)
+    held = hold(middleware, monkeypatch)
+    for i, thing in enumerate(["kalimba", "oolong", "tango"]):
+        client.post("/chat", **plain(f"I like {thing} music", message_id=f"m{i}"))
+    client.post("/chat", **plain("forget that I like tango music"))  # also takes tango out of the outbox
+    assert Outbox(db + ".outbox").count() == 3
+    redis.Redis.from_url(redis_url).script_flush()  # as after a Redis restart: the script is gone
+    rounds = []
+    backend = middleware.queue.backend
+    send_many = backend._send_many
+    monkeypatch.setattr(backend, "_send_many", lambda commands: rounds.append(len(commands)) or send_many(commands))
+    held.release()
+    middleware.queue.flush()
+    assert [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"] * 2 + ["memo_mw.jobs.forget"]
+    assert rounds == [3, 3]  # the batch in one round trip; once more after loading the script
+    pending = redis.Redis.from_url(redis_url).hvals("memo:pending:memo:alice")
+    assert len(pending) == 2  # each remember job's pending entry went with it
+    drain(redis_url)
+    assert sorted(m["content"] for m in Store(db).memories("alice")) == ["likes kalimba music", "likes oolong music"]
