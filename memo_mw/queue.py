@@ -118,7 +118,7 @@ class RQBackend:
         memory. A job with an id takes one round trip, whatever else it carries (a Lua script:
         the pending entry, its change message, and the job unless one with its id waits)."""
         if job_id is not None:
-            return self._enqueue_unique(func, args, job_id, pending)
+            return self.enqueue_many([(func, args, job_id, pending)])[0]
         if pending is not None:
             self.state.put_pending(pending["user_id"], pending)
         from rq.exceptions import DuplicateJobError
@@ -134,30 +134,15 @@ class RQBackend:
             return False
         return True
 
-    def _enqueue_unique(self, func: str, args: list[Any], job_id: str, pending: dict[str, Any] | None) -> bool:
-        # The job hash is the one rq's unique enqueue saves (its fields and values taken from a
-        # job rq built: job_template), with only what differs per job computed here: no rq Job
-        # object, the payload serialised once (the pending entry and the job share it), and the
-        # command packed in one join (redis-py packs argument by argument).
-        command, user = self._unique_command(func, args, job_id, pending)
-        if user is not None:
-            self.state.invalidate(user)
-        try:
-            try:
-                queued = self._send(command)
-            except self._no_script:  # a restarted or flushed Redis has forgotten the script
-                self.connection.script_load(self._fast_script)
-                queued = self._send(command)
-        finally:
-            if user is not None:
-                self.state.invalidate(user)
-        if not queued:
-            log.debug("memo-mw: job %s already queued; not queued twice", job_id)
-        return bool(queued)
-
     def enqueue_many(self, jobs: list[tuple[str, list[Any], str, dict[str, Any] | None]]) -> list[bool]:
-        """Queue several jobs with ids (``(func, args, job_id, pending)``, as :meth:`enqueue`
-        takes them) in one round trip, in order: the outbox thread sends what it gathered so."""
+        """Queue jobs with ids (``(func, args, job_id, pending)``, as :meth:`enqueue` takes them)
+        in one round trip, in order (the outbox thread sends what it gathered so); for each, False
+        when a job with its id was already queued.
+
+        The job hash is the one rq's unique enqueue saves (its fields and values taken from a job
+        rq built: job_template), with only what differs per job computed here: no rq Job object,
+        the payload serialised once (the pending entry and the job share it), and each command
+        packed in one join (redis-py packs argument by argument)."""
         commands, users = [], set()
         for func, args, job_id, pending in jobs:
             command, user = self._unique_command(func, args, job_id, pending)
@@ -178,6 +163,9 @@ class RQBackend:
         finally:
             for user in users:
                 self.state.invalidate(user)
+        for (_, _, job_id, _), reply in zip(jobs, replies):
+            if not reply:
+                log.debug("memo-mw: job %s already queued; not queued twice", job_id)
         return [bool(r) for r in replies]
 
     def _unique_command(self, func: str, args: list[Any], job_id: str, pending: dict[str, Any] | None
@@ -216,17 +204,6 @@ class RQBackend:
                 except self._redis_errors_in_reply as exc:
                     replies.append(exc)
             return replies
-        finally:
-            pool.release(conn)
-
-    def _send(self, command: bytes) -> Any:
-        """One packed command on a connection of the client's pool, and its reply (what
-        ``execute_command`` does, less packing: a failed connection is closed by redis-py)."""
-        pool = self.connection.connection_pool
-        conn = pool.get_connection()
-        try:
-            conn.send_packed_command([command])
-            return conn.read_response()
         finally:
             pool.release(conn)
 

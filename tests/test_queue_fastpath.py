@@ -1,4 +1,4 @@
-"""The request path's enqueue (RQBackend._enqueue_unique) writes rq's job hash itself, from a
+"""The request path's enqueue (RQBackend.enqueue_many) writes rq's job hash itself, from a
 template taken from rq: the job must be the one rq would have saved, and rq must run it.
 Real redis-server, real rq workers (in this process and the `rq` and `memo-mw` commands)."""
 
