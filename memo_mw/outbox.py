@@ -173,17 +173,18 @@ class Outbox:
             while held:
                 rows = conn.execute("select id, func, args, job_id from outbox order by id limit ?",
                                     [batch]).fetchall()
+                jobs = [(func, json.loads(args), job_id) for _, func, args, job_id in rows]
                 done = []
                 try:
-                    if send_many is not None and len(rows) > 1:
-                        send_many([(func, json.loads(args), job_id) for _, func, args, job_id in rows])
+                    if send_many is not None and len(jobs) > 1:
+                        send_many(jobs)
                         done = [row[0] for row in rows]
-                        forgets = forgets or any(row[1] == FORGET for row in rows)
-                    for row_id, func, args, job_id in rows if not done else ():
-                        send(func, json.loads(args), job_id)
-                        done.append(row_id)
-                        forgets = forgets or func == FORGET
+                    else:
+                        for row, job in zip(rows, jobs):
+                            send(*job)
+                            done.append(row[0])
                 finally:  # what was sent is gone, even when a send failed; one write for it all
+                    forgets = forgets or any(row[1] == FORGET for row in rows[:len(done)])
                     with self._transaction(conn):
                         if done:
                             conn.execute(f"delete from outbox where id in ({','.join('?' * len(done))})", done)
