@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import string
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import regex
 
@@ -150,7 +149,7 @@ class Funnel:
             self._unscreened[id(rule_file)] = tuple(unscreened)
         # The triggers' needles over the whole message: a message with none of them triggers
         # nothing, whatever its sentences (None: some trigger has no needles, always look).
-        self._any_trigger = self._trigger_screen(rules)
+        self._any_trigger = self._trigger_screen()
         # The gate lists each stage reads, sorted by scope once rather than per message.
         by_scope = lambda gates, scope: [g for g in gates if g.scope == scope]  # noqa: E731
         self._negative_message = by_scope(rules.gates("negative"), "message")
@@ -162,7 +161,7 @@ class Funnel:
         self._forget_script = {id(g): _SCRIPT_OF.get(f.language) for f in rules.files for g in f.forget}
         self._recall_all = rules.gates("recall_all")
 
-    def _trigger_screen(self, rules: RuleSet) -> frozenset[str] | None:
+    def _trigger_screen(self) -> frozenset[str] | None:
         """Needles one of which any message some trigger can match holds (None: not known)."""
         if any(self._unscreened.values()):
             return None

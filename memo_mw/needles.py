@@ -65,14 +65,10 @@ class Screen:
 
     def add(self, key: Any, sets: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
         self._sets[key] = sets = tuple(s for s in sets if s) if self._on else ()
-        for needle in frozenset().union(*sets):
-            self._words.add(needle)
+        self._words.update(*sets)
         self._automaton = None  # built again on the next use
         self._recent = {}
         return sets
-
-    def sets(self, key: Any) -> tuple[frozenset[str], ...]:
-        return self._sets.get(key, ())
 
     def present(self, text: str) -> frozenset[str]:
         """The needles ``text`` holds (compared folded). The funnel and recall ask about the
