@@ -20,6 +20,7 @@ summarise: a process that dies loses at most one interval of them.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import os
 import threading
@@ -44,7 +45,10 @@ class CachedUserState:
         self.send_interval = defaults.COUNTS_SEND_INTERVAL if send_interval is None else send_interval
         self._on_send = on_send  # called by the sender thread each round (the backend's touches)
         self._cache: collections.OrderedDict[str, tuple[UserState, float]] = collections.OrderedDict()
-        self._generation: dict[str, int] = collections.defaultdict(int)
+        # Each user's change counter, drawn from one sequence: a user dropped and seen again
+        # starts from a value never used before, so no old stamp can match it.
+        self._changes = itertools.count(1)
+        self._generation: dict[str, int] = collections.defaultdict(self._changes.__next__)
         self._epoch = 0  # moves each time the listener subscribes or loses Redis
         self._lock = threading.Lock()
         self.listening = False
@@ -86,11 +90,11 @@ class CachedUserState:
         else is seen within defaults.RECALL_VERSION_MAX_AGE)."""
         if not (self.listening and self._threads_pid == os.getpid()):
             return None
-        return self._epoch, self._generation.get(user_id, 0)
+        return self._epoch, self._generation[user_id]
 
     def invalidate(self, user_id: str) -> None:
         with self._lock:
-            self._generation[user_id] += 1
+            self._generation[user_id] = next(self._changes)
             self._cache.pop(user_id, None)
 
     # -- writes: through to Redis (which publishes), and dropped here at once ---------------

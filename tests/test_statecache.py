@@ -124,3 +124,18 @@ def test_recall_reads_a_users_version_again_only_when_told_or_after_a_while(redi
     assert wait_until(lambda: ask("any kalimba songs?") == ["likes kalimba music"])
     assert "alice" in reads
     middleware.queue.close()
+
+
+def test_a_users_stamp_never_comes_back_after_the_user_was_evicted(connection):
+    """Recall trusts a version it read while the user's stamp is the same: a user dropped from
+    the cache (and their change counter with it) must not get an old stamp again."""
+    web = listening(CachedUserState(RedisUserState(connection, "memo"), max_users=1))
+    web.read("alice")
+    before = web.stamp("alice")
+    RedisUserState(connection, "memo").put_pending("alice", payload("k1"))  # another process writes
+    assert wait_until(lambda: web.stamp("alice") != before)
+    web.read("alice")
+    web.read("bob")  # alice is evicted, her counter dropped
+    web.read("alice")
+    assert web.stamp("alice") != before
+    web.close()
