@@ -187,13 +187,12 @@ class Recaller:
     def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
                     config: RecallConfig, recall_all: bool) -> list[dict[str, Any]]:
         tag = self.funnel.topics.tag
+        pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
         if isinstance(entry, RankedMemories):
             self.stats["ranked"] += 1
-            pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
             return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=tag,
                                 visible=lambda memories: visible(memories, state), pending_keys=pending_keys,
                                 candidates=self.cache_candidates, stats=self.stats)
-        pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
         if recall_all or state.forgets or state.shown or entry.hottest_on(pending_keys):
             # Everything may show, or what is hidden changes the hottest memory (hotness is
             # normalised by the hottest visible one).
