@@ -82,9 +82,11 @@ class UserMemories:
               tag: Callable[[str], frozenset[str]], touched: int = 0) -> "UserMemories":
         by_token: dict[str, list[int]] = collections.defaultdict(list)
         by_topic: dict[str, list[int]] = collections.defaultdict(list)
+        by_key: dict[str, list[int]] = collections.defaultdict(list)
         always = []
         features = {}
         for i, memory in enumerate(memories):
+            by_key[memory["key"]].append(i)
             words = tokens(f"{memory['content']} {memory['key']}")
             for token in words:
                 by_token[token].append(i)
@@ -94,9 +96,6 @@ class UserMemories:
             if memory.get("type") == "style" or memory.get("status") == "pending_confirm":
                 always.append(i)
             features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)))
-        by_key: dict[str, list[int]] = collections.defaultdict(list)
-        for i, memory in enumerate(memories):
-            by_key[memory["key"]].append(i)
         return cls(version, memories, {t: tuple(v) for t, v in by_token.items()},
                    {t: tuple(v) for t, v in by_topic.items()}, tuple(always),
                    max((int(m.get("hits") or 0) for m in memories), default=0), features, touched,
@@ -140,6 +139,12 @@ class _Ranking:
     by_topic: dict[str, array]  # each topic's memories, best static first
 
 
+def _last_used(row: list | tuple) -> float:
+    """When a memory row was last used, as recency counts it (nan: never, counted as now)."""
+    last = row[_COL["last_accessed"]] or row[_COL["source_ts"]] or row[_COL["created_at"]]
+    return float(last) if last else math.nan
+
+
 def _postings(indexes: list[int]) -> tuple[int, ...] | array:
     # A short list as a tuple (of shared int objects), a long one as 4 bytes an entry.
     return tuple(indexes) if len(indexes) < 16 else array("I", indexes)
@@ -166,7 +171,6 @@ class RankedMemories:
         tokenize = getattr(tokens, "__wrapped__", tokens)
         c_content, c_key, c_excerpt, c_topics = _COL["content"], _COL["key"], _COL["excerpt"], _COL["topics"]
         c_type, c_status, c_hits = _COL["type"], _COL["status"], _COL["hits"]
-        c_last, c_ts, c_created = _COL["last_accessed"], _COL["source_ts"], _COL["created_at"]
         for i, row in enumerate(rows):
             row = list(row)
             for c in _SHARED:
@@ -190,8 +194,7 @@ class RankedMemories:
             if row[c_type] == "style" or row[c_status] == "pending_confirm":
                 always.append(i)
             hits.append(int(row[c_hits] or 0))
-            last = row[c_last] or row[c_ts] or row[c_created]
-            lasts.append(float(last) if last else math.nan)  # nan: recall counts it as used now
+            lasts.append(_last_used(row))
             keys.append(row[c_key])
         self.rows = kept
         self.norms, self.hits, self.lasts = norms, hits, lasts
@@ -217,7 +220,7 @@ class RankedMemories:
         position = self._position
         if position is None:
             position = self._position = {row[0]: i for i, row in enumerate(self.rows)}
-        c_hits, c_last, c_ts, c_created = _COL["hits"], _COL["last_accessed"], _COL["source_ts"], _COL["created_at"]
+        c_hits, c_last = _COL["hits"], _COL["last_accessed"]
         new = copy.copy(self)
         new.touched = touched
         rows = hits = lasts = None
@@ -234,8 +237,7 @@ class RankedMemories:
             row[c_hits], row[c_last] = hit_count, last_accessed
             rows[i] = tuple(row)
             hits[i] = int(hit_count or 0)
-            last = last_accessed or row[c_ts] or row[c_created]
-            lasts[i] = float(last) if last else math.nan
+            lasts[i] = _last_used(row)
         if rows is not None:
             new.rows, new.hits, new.lasts = rows, hits, lasts
             new.max_hits = max(hits, default=0)
