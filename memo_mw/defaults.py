@@ -148,7 +148,6 @@ RECALL_CACHE_BYTES = 16 * 2**20
 #: publish the user id); a write that publishes nothing (maintenance expiring a task, a touch
 #: flush) is seen within this. 0: read it on every request.
 RECALL_VERSION_MAX_AGE = 1.0
-RECALL_VERSION_MAX_AGE = 1.0
 
 #: The most memories of one user the cache keeps; a larger user is read through the term index.
 RECALL_CACHE_USER_MEMORIES = 20_000

@@ -100,11 +100,20 @@ def m004_user_versions(db: sqlite_utils.Database) -> None:
     db.execute("create table memo_clock (id integer primary key check (id = 1), n integer not null)")
     db.execute("insert into memo_clock (id, n) values (1, 0)")
     db.execute("create table user_versions (user_id text primary key, version integer not null) without rowid")
-    bump = ("update memo_clock set n = n + 1 where id = 1;"
-            " insert into user_versions (user_id, version) values ({who}.user_id, (select n from memo_clock))"
-            " on conflict (user_id) do update set version = excluded.version;")
+    _version_triggers_on(db, "memories", "user_versions")
+
+
+#: The statements that move a user's version (``{who}``: ``new`` or ``old``, the row's).
+_BUMP_VERSION = ("update memo_clock set n = n + 1 where id = 1;"
+                 " insert into user_versions (user_id, version) values ({who}.user_id, (select n from memo_clock))"
+                 " on conflict (user_id) do update set version = excluded.version;")
+
+
+def _version_triggers_on(db: sqlite_utils.Database, table: str, prefix: str) -> None:
+    """Triggers ``<prefix>_insert``/``_delete``/``_update`` moving the user's version on every
+    change to ``table``'s rows of the user."""
     for event, who in (("insert", "new"), ("delete", "old"), ("update", "new")):
-        db.execute(f"create trigger user_versions_{event} after {event} on memories begin {bump.format(who=who)} end")
+        db.execute(f"create trigger {prefix}_{event} after {event} on {table} begin {_BUMP_VERSION.format(who=who)} end")
 
 
 def reindex(db: sqlite_utils.Database, batch: int = 5000) -> int:
@@ -501,15 +510,13 @@ def version_triggers(db: sqlite_utils.Database) -> None:
     a migration that adds a column to ``memories`` calls this again."""
     columns = [c.name for c in db["memories"].columns if c.name not in TOUCH_COLUMNS]
     only_counts = " and ".join(f"old.{c} is new.{c}" for c in columns)
-    clock = "update memo_clock set n = n + 1 where id = 1;"
     db.execute("drop trigger if exists user_versions_update")
     db.execute("drop trigger if exists user_versions_touch")
     db.execute(f"create trigger user_versions_update after update on memories when not ({only_counts}) begin "
-               f"{clock} insert into user_versions (user_id, version) values (new.user_id, (select n from memo_clock))"
-               " on conflict (user_id) do update set version = excluded.version; end")
+               f"{_BUMP_VERSION.format(who='new')} end")
     db.execute(f"create trigger user_versions_touch after update on memories when ({only_counts}) begin "
-               f"{clock} insert into user_versions (user_id, version, touched) values (new.user_id, "
-               "(select n from memo_clock), (select n from memo_clock))"
+               "update memo_clock set n = n + 1 where id = 1; insert into user_versions (user_id, version, touched)"
+               " values (new.user_id, (select n from memo_clock), (select n from memo_clock))"
                " on conflict (user_id) do update set touched = excluded.touched; end")
 
 
@@ -518,8 +525,4 @@ def m008_insight_versions(db: sqlite_utils.Database) -> None:
     # A user's insights move the user's version too (they change weekly): the web process keeps
     # each user's insights with its copy of the memories' version, and reads them again only
     # when it moves (memo_mw.insights.ProfileReader).
-    bump = ("update memo_clock set n = n + 1 where id = 1;"
-            " insert into user_versions (user_id, version) values ({who}.user_id, (select n from memo_clock))"
-            " on conflict (user_id) do update set version = excluded.version;")
-    for event, who in (("insert", "new"), ("delete", "old"), ("update", "new")):
-        db.execute(f"create trigger insight_versions_{event} after {event} on insights begin {bump.format(who=who)} end")
+    _version_triggers_on(db, "insights", "insight_versions")
