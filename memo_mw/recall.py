@@ -44,13 +44,15 @@ def _weight(token: str) -> float:
     return 0.3 if len(token) == 1 else 1.0
 
 
-def relevance(query_tokens: set[str], memory_tokens: set[str]) -> float:
-    """Weighted overlap of token sets, normalised to [0, 1] (a cosine on sets)."""
+def relevance(query_tokens: set[str], memory_tokens: set[str], *, q: float | None = None,
+              m: float | None = None) -> float:
+    """Weighted overlap of token sets, normalised to [0, 1] (a cosine on sets). ``q`` and ``m``:
+    the token weights of the query and the memory, when the caller has them already."""
     common = query_tokens & memory_tokens
     if not common:
         return 0.0
-    q = sum(_weight(t) for t in query_tokens)
-    m = sum(_weight(t) for t in memory_tokens)
+    q = sum(_weight(t) for t in query_tokens) if q is None else q
+    m = sum(_weight(t) for t in memory_tokens) if m is None else m
     return sum(_weight(t) for t in common) / math.sqrt(q * m)
 
 
@@ -82,7 +84,7 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         max_hits = max(int(m.get("hits") or 0) for m in memories)
     max_hits = max(config.hotness_full, max_hits)
     hot_norm = math.log1p(max_hits) if max_hits else 0.0
-    q = sum(_weight(t) for t in query_tokens)  # as relevance() computes it
+    q = sum(_weight(t) for t in query_tokens)  # the query's weight, once for every memory
     w_rel, w_rec, w_hot, w_topic, decay = (config.w_relevance, config.w_recency, config.w_hotness,
                                            config.w_topic, config.decay)
     features = features or {}
@@ -97,14 +99,7 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
             m = width = None
         else:
             memory_tokens, m, memory_topics, width = known
-        # relevance(query_tokens, memory_tokens), with the two sums computed once.
-        common = query_tokens & memory_tokens
-        if common:
-            if m is None:
-                m = sum(_weight(t) for t in memory_tokens)
-            rel = sum(_weight(t) for t in common) / math.sqrt(q * m)
-        else:
-            rel = 0.0
+        rel = relevance(query_tokens, memory_tokens, q=q, m=m)
         if query_topics:
             if known is None:
                 memory_topics = set(memory.get("topics") or ()) or topics(memory["content"])

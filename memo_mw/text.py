@@ -79,7 +79,7 @@ def tokens(text: str) -> frozenset[str]:
 
     Cached: recall tokenises the same memory lines on every request.
     """
-    text = text.casefold() if text.isascii() else nfkc(text).casefold()  # ASCII is its own NFKC
+    text = nfkc(text).casefold()
     out = set(map(_word_token, _LATIN_WORD.findall(text, concurrent=False)))
     out.discard(None)
     if not text.isascii():

@@ -19,7 +19,6 @@ from .text import nfkc, stem, tokens
 
 
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
-_NONE: frozenset[str] = frozenset()
 
 
 class TopicTagger:
@@ -32,7 +31,7 @@ class TopicTagger:
                     self._by_stem.setdefault(stem(word), set()).add(topic)
                 else:
                     phrases.setdefault(word, set()).add(topic)
-        self._phrase_topics = phrases
+        self._phrase_topics = phrases  # read by memo_mw.index (topic_expansion)
         # English phrases match as a run of whole words ("ice cream", "k-pop": ("k", "pop")),
         # looked up by their first word; others (Chinese) as substrings, longest first at each
         # place, so "乌龙茶" wins over "茶" where both are listed. Lookups, not one big
