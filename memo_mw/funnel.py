@@ -12,6 +12,7 @@ microseconds per message. The result names the stage where the message stopped, 
 from __future__ import annotations
 
 import logging
+import re
 import string
 from dataclasses import asdict, dataclass, field
 
@@ -38,6 +39,9 @@ _SPLIT = regex.compile(
     r"|[,，]\s*(?=and\s+I\b|而我|我自己)",
     regex.IGNORECASE | regex.V1,
 )
+# Every split of _SPLIT is at one of these characters (or after it): a text without any, but for
+# its last character, is one sentence.
+_SPLIT_AT = re.compile(r"[。！？!?；;\n.,，]")
 # Edge punctuation, except the brackets of PII placeholders such as "[email]".
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
@@ -46,6 +50,10 @@ _HAN = regex.compile(r"\p{Han}")
 _LATIN = regex.compile(r"\p{Latin}")
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": "han", "en": "latin"}
+
+
+def _split(text: str) -> list[str]:
+    return [s.strip() for s in _SPLIT.split(text, concurrent=False) if s and s.strip()]
 
 
 def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
@@ -156,9 +164,9 @@ class Funnel:
         self._negative_sentence = {id(f): by_scope(f.negative, "sentence") for f in rules.files}
         self._sensitive_message = by_scope(rules.gates("sensitive"), "message")
         self._sensitive_sentence = by_scope(rules.gates("sensitive"), "sentence")
-        self._forget = rules.gates("forget")
         # As for triggers: a Chinese forget pattern cannot match a message with no Chinese character.
-        self._forget_script = {id(g): _SCRIPT_OF.get(f.language) for f in rules.files for g in f.forget}
+        script_of = {id(g): _SCRIPT_OF.get(f.language) for f in rules.files for g in f.forget}
+        self._forget = [(g, script_of.get(id(g)), self._screen.sets(id(g))) for g in rules.gates("forget")]
         self._recall_all = rules.gates("recall_all")
 
     def _trigger_screen(self) -> frozenset[str] | None:
@@ -166,6 +174,22 @@ class Funnel:
         if any(self._unscreened.values()):
             return None
         return frozenset().union(*(by_needle.keys() for by_needle in self._by_needle.values()))
+
+    def _may_trigger(self, present: frozenset[str]) -> bool:
+        """Whether some trigger's needle sets are all in ``present`` (a text's needles; each of its
+        sentences holds no more): if none are, no sentence of it can trigger anything."""
+        if self._any_trigger is None:
+            return True
+        found = self._any_trigger.intersection(present)
+        if not found:
+            return False
+        for rule_file in self.rules.files:
+            by_needle = self._by_needle[id(rule_file)]
+            for needle in found:
+                for i in by_needle.get(needle, ()):
+                    if self._screen.may_match(id(rule_file.triggers[i]), present):
+                        return True
+        return False
 
     # -- matching with a timeout -------------------------------------------------------
 
@@ -224,7 +248,10 @@ class Funnel:
         return cleaned, (None if changed or cleaned != text else present)
 
     def sentences(self, text: str) -> list[str]:
-        return [s.strip() for s in _SPLIT.split(text, concurrent=False) if s and s.strip()]
+        if _SPLIT_AT.search(text, 0, len(text) - 1) is None:  # one sentence (the last character aside)
+            text = text.strip()
+            return [text] if text else []
+        return _split(text)
 
     def process(self, message: str) -> FunnelResult:
         """Run one user message through every stage."""
@@ -237,7 +264,7 @@ class Funnel:
         if present is None or text != cleaned:
             present = self._screen.present(text)
         forget = self._forget_request(text, present)
-        if forget is None and self._any_trigger is not None and self._any_trigger.isdisjoint(present):
+        if forget is None and not self._may_trigger(present):
             trace.append(("trigger", "no trigger matched"))  # as _capture would say, without the sentences
             return FunnelResult("no_trigger", trace=trace)
         sentences = self.sentences(text)
@@ -311,11 +338,12 @@ class Funnel:
 
     def _forget_request(self, text: str, present: frozenset[str]) -> tuple[Gate, str | None] | None:
         scripts = _scripts(text)
-        for gate in self._forget:
-            needed = self._forget_script.get(id(gate))
+        for gate, needed, sets in self._forget:
             if needed is not None and needed not in scripts:
                 continue
-            match = self._search(gate, text, present)
+            if any(map(present.isdisjoint, sets)):
+                continue  # the screen rules it out
+            match = self._search(gate, text)
             if match is None:
                 continue
             if gate.scope == "all":

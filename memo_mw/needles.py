@@ -12,11 +12,18 @@ Needles are compared case-insensitively, on text folded by :func:`fold`: the sam
 the needles and the text, checked against the ``regex`` module's own case-insensitive matching for
 every character (tests/test_needles.py). :class:`Screen` holds the needles of many patterns and
 finds all those a text holds in one pass.
+
+A ``\\b`` next to an ASCII letter or digit of a needle stays in it, as :data:`MARK`: texts are
+searched with a MARK at every edge of a run of ASCII word characters (:func:`marked`), so
+``\\b(?:um+|ah)\\b`` needs "ah" as a word, not inside "yeah", and ``\\bown\\b`` is not
+screened in by "town". Inside a needle the same marks stand wherever its own characters put
+them, so a needle is in a marked text exactly where it was in the text, its edges aside.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +43,40 @@ _SPECIAL = str.maketrans({"ı": "i", "İ": "i", "\U0001df95": "ß"})
 
 def fold(text: str) -> str:
     """The form needles and texts are compared in."""
-    return text.translate(_SPECIAL).casefold()
+    return text.casefold() if text.isascii() else text.translate(_SPECIAL).casefold()
+
+
+#: Stands for a word edge (``\\b``) in needles and marked texts; a pattern's own NUL is not read.
+MARK = "\x00"
+_ASCII_WORD_RUN = re.compile(r"([0-9A-Za-z_]+)")
+
+
+def marked(text: str) -> str:
+    """``text`` with MARK at both edges of every run of ASCII word characters: at least wherever the
+    regex module sees a word boundary next to an ASCII letter, digit or underscore."""
+    return MARK.join(_ASCII_WORD_RUN.split(text))
+
+
+def _ascii_word(c: str) -> bool:
+    return c.isascii() and (c.isalnum() or c == "_")
+
+
+@functools.lru_cache(maxsize=65536)
+def _as_needle(string: str) -> str | None:
+    """A needle string as the screen looks for it in marked text: the marks its own characters
+    make, and a MARK at an edge that the pattern asked for (``\\b``) next to an ASCII word
+    character; None when nothing but marks is left."""
+    core = string.replace(MARK, "")
+    if not core:
+        return None
+    inner = marked(core)
+    inner = inner[1:] if _ascii_word(core[0]) else inner
+    inner = inner[:-1] if _ascii_word(core[-1]) else inner
+    if string.startswith(MARK) and _ascii_word(core[0]):
+        inner = MARK + inner
+    if string.endswith(MARK) and _ascii_word(core[-1]):
+        inner += MARK
+    return inner
 
 
 class Screen:
@@ -91,7 +131,11 @@ class Screen:
                 automaton.add_word(word, word)
             automaton.make_automaton()
             self._automaton = automaton
-        return frozenset([needle for _, needle in automaton.iter(fold(text))])
+        return frozenset([needle for _, needle in automaton.iter(marked(fold(text)))])
+
+    def sets(self, key: Any) -> tuple[frozenset[str], ...]:
+        """The needle sets of the pattern under ``key`` (none: it always may match)."""
+        return self._sets.get(key, ())
 
     def may_match(self, key: Any, present: frozenset[str]) -> bool:
         """False when the pattern under ``key`` surely does not match a text holding just ``present``."""
@@ -121,17 +165,25 @@ _ANY = _Info(None)  # one character of a class, or anything unknown that consume
 _COMMENT = _Info(frozenset({""}))  # (?#...): nothing, but a quantifier after it is not its own
 
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "e": "\x1b"}
-_ZERO_WIDTH_ESCAPES = set("bBAZGKmM")
+_ZERO_WIDTH_ESCAPES = set("BAZGKmM")
+_BOUNDARY = _Info(frozenset({MARK}))  # \b, ^, $: a word edge (kept only where marked() surely marks it)
+# One character that is never an ASCII word character (\s, \W, [,.;]): what comes before and
+# after it in a match meets a word edge there.
+_EDGE_CLASS = _Info(None, head=frozenset({MARK}), tail=frozenset({MARK}))
 _CLASS_ESCAPES = set("dDwWsSX")
 
 
 @functools.lru_cache(maxsize=65536)  # asked again for the same sets as a pattern is read
 def _useful(strings: frozenset[str] | None) -> frozenset[str] | None:
-    """A needle set without the strings that contain another of it (they add nothing), or None
-    when it says little (empty, holding the empty string or a lone Latin letter or digit, which
-    most texts have, or too large to be worth checking)."""
-    if not strings or len(strings) > MAX_NEEDLES or \
-            any(s == "" or (len(s) == 1 and s.isascii() and s.isalnum()) for s in strings):
+    """A needle set (in the screen's form, :func:`_as_needle`) without the strings that contain
+    another of it (they add nothing), or None when it says little (empty, holding the empty
+    string or a lone Latin letter or digit not bounded on both sides, which most texts have, or
+    too large to be worth checking)."""
+    if not strings or len(strings) > MAX_NEEDLES:
+        return None
+    strings = frozenset(map(_as_needle, strings))
+    if any(s is None or (len(s.strip(MARK)) == 1 and s.isascii() and s.strip(MARK).isalnum()
+                         and not (s.startswith(MARK) and s.endswith(MARK))) for s in strings):
         return None
     if len(strings) > MAX_STRINGS:
         return strings  # (the check below is quadratic; a long list is used as it is)
@@ -164,6 +216,8 @@ class _Reader:
     def __init__(self, pattern: str):
         self.p = pattern
         self.i = 0
+        #: Whether \b means the default word boundary here (not under a scoped (?w:) or (?L:)).
+        self.bounds = True
 
     def peek(self, k: int = 0) -> str:
         j = self.i + k
@@ -234,6 +288,8 @@ class _Reader:
                 exact = frozenset(strings)
         if exact is None and low >= 1 and atom.exact is not None:
             return _Info(None, needs, head=atom.exact, tail=atom.exact)
+        if exact is None and low >= 1 and (atom.head or atom.tail):  # \s+: still a word edge each side
+            return _Info(None, needs, head=atom.head, tail=atom.tail)
         return _Info(exact, needs)
 
     def quantifier(self) -> tuple[int | None, int | None]:
@@ -270,14 +326,13 @@ class _Reader:
         if c == "(":
             return self.group()
         if c == "[":
-            self.char_class()
-            return _ANY
+            return _EDGE_CLASS if self.char_class() else _ANY
         if c == ".":
             self.i += 1
             return _ANY
         if c in "^$":
             self.i += 1
-            return _EMPTY
+            return _BOUNDARY
         if c == "\\":
             return self.escape()
         if c in "*+?{":
@@ -291,8 +346,12 @@ class _Reader:
         self.i += 1
         if c == "":
             raise _Unknown("\\")
+        if c == "b":
+            return _BOUNDARY if self.bounds else _EMPTY
         if c in _ZERO_WIDTH_ESCAPES:
             return _EMPTY
+        if c in "sW":
+            return _EDGE_CLASS
         if c in _CLASS_ESCAPES:
             return _ANY
         if c in "pP":
@@ -323,9 +382,10 @@ class _Reader:
             raise _Unknown("\\" + c)  # backreferences, named lists, \N{...}, octal: not read here
         return _literal(c)  # an escaped punctuation character stands for itself
 
-    def char_class(self) -> None:
-        """Skip a character class: it matches one character, never a known literal."""
-        self.i += 1
+    def char_class(self) -> bool:
+        """Skip a character class (it matches one character, never a known literal); True when
+        no ASCII word character can be that character (only punctuation, spaces, \\s, \\W)."""
+        start = self.i = self.i + 1
         if self.peek() == "^":
             self.i += 1
         if self.peek() == "]":
@@ -347,7 +407,7 @@ class _Reader:
                 raise _Unknown("nested set")
             self.i += 1
             if c == "]":
-                return
+                return _never_word(self.p[start:self.i - 1])
 
     def group(self) -> _Info:
         self.i += 1
@@ -396,6 +456,15 @@ class _Reader:
                 if j >= len(self.p) or self.p[j] != ":" or "x" in flags.lower() or "V" in flags:
                     raise _Unknown("(?" + flags)
                 self.i = j + 1
+                if "w" in flags or "L" in flags:  # another meaning of a word boundary inside
+                    bounds, self.bounds = self.bounds, False
+                    try:
+                        return self._group_body(lookaround)
+                    finally:
+                        self.bounds = bounds
+        return self._group_body(lookaround)
+
+    def _group_body(self, lookaround: bool) -> _Info:
         inner = self.alternation()
         if self.peek() != ")":
             raise _Unknown("(")
@@ -403,7 +472,30 @@ class _Reader:
         return _EMPTY if lookaround else inner
 
 
+def _never_word(members: str) -> bool:
+    """Whether a class body (between its brackets) holds only members that are no word character
+    (nor case-insensitively one): escaped punctuation, \\s, \\W, \\t, \\n, \\r, \\f, \\v and
+    literal characters that are not letters, digits or "_". Negated sets and ranges: no."""
+    if not members or members[0] == "^":
+        return False
+    i = 0
+    while i < len(members):
+        c = members[i]
+        if c == "\\":
+            escaped = members[i + 1 : i + 2]
+            if not escaped or (escaped.isalnum() and escaped not in "sWtnrfv"):
+                return False
+            i += 2
+            continue
+        if c == "-" and 0 < i < len(members) - 1 or c.isalnum() or c == "_" or c == "[":
+            return False
+        i += 1
+    return True
+
+
 def _literal(c: str) -> _Info:
+    if c == MARK:
+        return _ANY  # a pattern's own NUL: not told apart from the marks, so not a needle
     return _Info(frozenset({fold(c)}))
 
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import unicodedata
 
 import regex
 
 _PUNCT = regex.compile(r"[\p{P}\p{S}\s]+")
 _LATIN_WORD = regex.compile(r"[\p{Latin}\p{N}][\p{Latin}\p{N}'’]*")
+# _LATIN_WORD on case-folded ASCII text (where Latin letters are a-z and numbers 0-9): the
+# standard library's engine finds these in half the time.
+_ASCII_WORD = re.compile(r"[a-z0-9][a-z0-9']*")
 _HAN_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+")
 _LEADING_DETERMINERS = regex.compile(r"^(?:(?:a|an|the|some|my)\s+)+", regex.IGNORECASE)
 
@@ -80,12 +84,20 @@ def tokens(text: str) -> frozenset[str]:
     Cached: recall tokenises the same memory lines on every request.
     """
     text = nfkc(text).casefold()
-    out = set(map(_word_token, _LATIN_WORD.findall(text, concurrent=False)))
+    if text.isascii():  # no CJK, and the words found as _any_tokens() finds them
+        out = set(map(_word_token, _ASCII_WORD.findall(text)))
+        out.discard(None)
+        return frozenset(out)
+    return _any_tokens(text)
+
+
+def _any_tokens(folded: str) -> frozenset[str]:
+    """tokens() of any NFKC, case-folded text."""
+    out = set(map(_word_token, _LATIN_WORD.findall(folded, concurrent=False)))
     out.discard(None)
-    if not text.isascii():
-        for run in _HAN_RUN.findall(text, concurrent=False):
-            out.update(c for c in run if c not in HAN_STOP)
-            out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
+    for run in _HAN_RUN.findall(folded, concurrent=False):
+        out.update(c for c in run if c not in HAN_STOP)
+        out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
     return frozenset(out)
 
 

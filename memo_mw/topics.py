@@ -12,6 +12,7 @@ English phrase matches as a phrase.
 from __future__ import annotations
 
 import functools
+import re
 
 import regex
 
@@ -19,6 +20,8 @@ from .text import nfkc, stem, tokens
 
 
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
+_ASCII_WORDS = re.compile(r"[a-z0-9]+")  # _WORDS on case-folded ASCII text, in the faster engine
+_ONE_WORD = re.compile(r"[a-z0-9][a-z0-9']*")  # a word as recall's tokens() finds it ("k-pop" is two)
 
 
 class TopicTagger:
@@ -27,7 +30,7 @@ class TopicTagger:
         phrases: dict[str, set[str]] = {}
         for topic, words in lexicons.items():
             for word in words:
-                if word.isascii() and " " not in word:
+                if word.isascii() and _ONE_WORD.fullmatch(word.casefold()):  # one of tokens()' words
                     self._by_stem.setdefault(stem(word), set()).add(topic)
                 else:
                     phrases.setdefault(word, set()).add(topic)
@@ -50,7 +53,12 @@ class TopicTagger:
             entries.sort(key=lambda entry: len(entry[0]), reverse=True)
         self._lengths = sorted({len(p) for p in self._substrings}, reverse=True)
         self._stems = frozenset(self._by_stem)
-        self._firsts = frozenset(self._word_phrases)
+        # Each phrase's first two words: a text holding none of these pairs holds no phrase, which
+        # one set intersection (in C) says. A one-word phrase ("k-pop" is two) has no pair: then
+        # every place is looked at.
+        self._pairs = frozenset((entry[0][0], entry[0][1]) for entries in self._word_phrases.values()
+                                for entry in entries if len(entry[0]) > 1)
+        self._single = any(len(entry[0]) == 1 for entries in self._word_phrases.values() for entry in entries)
         self.tag = functools.lru_cache(maxsize=65536)(self._tag)
 
     def _tag(self, text: str) -> frozenset[str]:
@@ -59,14 +67,14 @@ class TopicTagger:
             found |= self._by_stem[token]
         folded = nfkc(text).casefold()
         if self._word_phrases:
-            words = _WORDS.findall(folded, concurrent=False)
-            if self._firsts.isdisjoint(words):
-                words = ()  # no phrase starts with any of these words
-            for i, word in enumerate(words):
-                for phrase, topics in self._word_phrases.get(word, ()):
-                    if tuple(words[i:i + len(phrase)]) == phrase:
-                        found |= topics
-                        break
+            words = _ASCII_WORDS.findall(folded) if folded.isascii() else _WORDS.findall(folded, concurrent=False)
+            pairs = set(zip(words, words[1:])) if len(words) > 1 else set()
+            if self._single or not self._pairs.isdisjoint(pairs):
+                for i, word in enumerate(words):
+                    for phrase, topics in self._word_phrases.get(word, ()):
+                        if tuple(words[i:i + len(phrase)]) == phrase:
+                            found |= topics
+                            break
         if self._substrings and not folded.isascii():
             i, end = 0, len(folded)
             while i < end:

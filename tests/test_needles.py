@@ -9,22 +9,43 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memo_mw.funnel import Funnel
-from memo_mw.needles import Screen, fold, needles
+from memo_mw.needles import MARK, Screen, fold, marked, needles
 from memo_mw.rules import load_rules
 
 FLAGS = regex.V0 | regex.IGNORECASE
 
 
 def sets(pattern):
-    return [set(s) for s in needles(pattern)]
+    """The needle sets, with "|" standing for MARK (a word edge)."""
+    return [{n.replace(MARK, "|") for n in s} for s in needles(pattern)]
 
 
 # -- what is derived ---------------------------------------------------------------------
 
 def test_literal_words_and_alternations():
-    assert sets(r"\bI\s+(?:really\s+)?(?:like|love)\s+(?P<what>\w+)") == [{"like", "love"}]
-    assert sets("from now on") == [{"from now on"}]
-    assert sets("(?:you|please) call me") == [{"you call me", "please call me"}]
+    assert sets(r"\bI\s+(?:really\s+)?(?:like|love)\s+(?P<what>\w+)") == [{"like|", "love|"}, {"|i|"}]
+    assert sets("from now on") == [{"from| |now| |on"}]
+    assert sets("(?:you|please) call me") == [{"you| |call| |me", "please| |call| |me"}]
+
+
+def test_word_edges_are_kept_where_the_pattern_has_them():
+    assert sets(r"\bown\b") == [{"|own|"}]
+    assert sets(r"^(?:so|well)\b[,!]?") == [{"|so|", "|well|"}]
+    assert sets(r"[,.;]own\s") == [{"|own|"}]  # a class of punctuation is an edge too
+    assert sets(r"[a,]own") == [{"own"}]  # ... but not one that holds a letter
+    assert sets(r"[^a]own") == [{"own"}]
+    assert sets(r"\bcafé\b") == [{"|caf|é"}]  # no edge is looked for next to a non-ASCII letter
+    assert sets(r"(?w:\bown\b)") == [{"own"}]  # another meaning of \b
+    assert sets(r"\b\?") == [{"?"}]
+
+
+def test_marked_texts_mark_every_edge_of_an_ascii_word():
+    assert marked("what's the town?") == "|what|'|s| |the| |town|?".replace("|", MARK)
+    assert marked("我喜欢jazz") == "我喜欢|jazz|".replace("|", MARK)
+    screen = Screen()
+    screen.add("own", needles(r"\bown\b"))
+    assert not screen.may_match("own", screen.present("what's on in town today"))
+    assert screen.may_match("own", screen.present("I OWN a bike"))
 
 
 def test_repeats_and_optional_parts():
@@ -64,8 +85,9 @@ def test_what_is_not_a_quantifier_is_not_read_as_one(pattern, text):
 
 
 def test_lone_latin_letters_are_not_needles():
-    assert sets(r"\bI\s+\w+") == []  # "i" is in almost every English text: not worth a check
-    assert sets(r"\bI\s+love") == [{"love"}]
+    assert sets(r"I\s+\w+") == []  # "i" is in almost every English text: not worth a check
+    assert sets(r"\bI\s+\w+") == [{"|i|"}]  # but the word "I" is worth one
+    assert sets(r"\bI\s+love") == [{"|love"}, {"|i|"}]
     assert sets(r"\?$") == [{"?"}]
 
 
@@ -75,7 +97,7 @@ def test_lookarounds_add_nothing_but_do_not_break_a_run():
 
 
 def test_scoped_flags_and_named_groups():
-    assert sets(r"(?-i:\p{Lu})call me (?P<name>\w+)") == [{"call me "}]
+    assert sets(r"(?-i:\p{Lu})call me (?P<name>\w+)") == [{"call| |me| "}]
     assert sets(r"(?P<neg>不再|不)(?(neg)了|吧)") == [{"不"}]
 
 
@@ -96,7 +118,8 @@ def test_fold_agrees_with_the_regex_modules_case_insensitive_matching():
 
 _PIECES = st.sampled_from(["a", "b", "A", "B", "i", "I", "ı", "İ", "ß", "ss", "k", "K", "ſ", "我", "喜欢", " ",
                            "like", "LIKE", r"\.", ".", r"\s", r"\w", r"\b", "[ab]", "[^a]", "^", "$", r"\d",
-                           "(?#c)", "{", "}", "{2, 3}", "{ 2}"])
+                           "(?#c)", "{", "}", "{2, 3}", "{ 2}", r"\W", "[,.]", "[ ,]", r"[\s']", "[a,]", "[!-/]",
+                           "_", "'", "é", "1", r"\x00", r"\n"])
 
 
 def _pattern(children):
@@ -109,13 +132,16 @@ def _pattern(children):
         children.map(lambda x: "(?<!" + x + ")"),
         children.map(lambda x: "(?P<g>" + x + ")"),
         children.map(lambda x: "(?-i:" + x + ")"),
+        children.map(lambda x: "(?w:" + x + ")"),
+        children.map(lambda x: "(?a:" + x + ")"),
     )
 
 
 PATTERNS = st.recursive(_PIECES, _pattern, max_leaves=8)
 TEXTS = st.lists(st.sampled_from(["a", "b", "A", "B", "i", "I", "ı", "İ", "ß", "ẞ", "SS", "s", "k", "K", "K", "ſ",
                                   "我", "喜欢", "喜", " ", ".", "like", "LiKe", "1", "x", "{", "}", "{2, 3}", "{ 2}",
-                                  ","]), max_size=12).map("".join)
+                                  ",", "_", "'", "é", "e\u0301", "\u0301", "\x00", "\n", "！", "ǅ"]),
+                         max_size=12).map("".join)
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

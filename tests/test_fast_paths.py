@@ -1,0 +1,74 @@
+"""The request path's shortcuts give what the general code gives: each is checked against it on
+generated texts (the shortcut is taken for most chat messages, so a difference would be common)."""
+
+from __future__ import annotations
+
+import string
+
+import regex
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memo_mw import funnel as funnel_module
+from memo_mw import privacy, text
+from memo_mw.funnel import Funnel
+from memo_mw.rules import load_rules
+from memo_mw.topics import TopicTagger
+
+SETTINGS = settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+ASCII = st.text(st.sampled_from(string.printable), max_size=60)
+# Pieces that meet each shortcut's edge cases: apostrophes, digits, split characters, hints of PII.
+PIECES = st.sampled_from(["I", "like", "LIKE", "don't", "dogs'", "'n'", "rock'n'roll", "’", " ", "  ", "\n", "\t",
+                          ".", ". ", ",", "，", "!", "?", "。", "；", "but", "and I", "而我", "我", "喜欢", "爵士乐",
+                          "Ａ", "ﬁ", "ß", "é", "1", "42", "@", "＠", "_", "k-", "pass", "PW", "密码", "bearer",
+                          "AKIA", "eyJ", "xox", "ice cream", "ice", "cream", "in", "java", "k-pop", "eat out"])
+MIXED = st.lists(PIECES, max_size=10).map("".join)
+TEXTS = st.one_of(ASCII, MIXED)
+
+
+@SETTINGS
+@given(TEXTS)
+def test_ascii_tokens_are_the_general_tokens(sample):
+    folded = text.nfkc(sample).casefold()
+    assert text.tokens.__wrapped__(sample) == text._any_tokens(folded)
+
+
+@SETTINGS
+@given(TEXTS)
+def test_pii_first_look_skips_only_texts_no_mask_changes(sample):
+    assert privacy.mask_pii(sample) == privacy._mask(sample)
+
+
+@SETTINGS
+@given(TEXTS)
+def test_one_sentence_shortcut_splits_as_the_pattern_does(sample):
+    assert Funnel.sentences(None, sample) == funnel_module._split(sample)
+
+
+def _tag_everywhere(tagger: TopicTagger, sample: str) -> frozenset[str]:
+    """The tagger's phrase lookup at every place, with no pair screen (how it worked before)."""
+    found = set(tagger._tag(sample))
+    folded = text.nfkc(sample).casefold()
+    words = regex.findall(r"[\p{L}\p{N}]+", folded)
+    for i, word in enumerate(words):
+        for phrase, topics in tagger._word_phrases.get(word, ()):
+            if tuple(words[i:i + len(phrase)]) == phrase:
+                found |= topics
+                break
+    return frozenset(found)
+
+
+TAGGER = Funnel(load_rules()).topics
+
+
+@SETTINGS
+@given(TEXTS)
+def test_phrase_pairs_screen_out_only_texts_without_a_phrase(sample):
+    assert TAGGER._tag(sample) == _tag_everywhere(TAGGER, sample)
+
+
+def test_one_word_phrases_are_looked_for_everywhere():
+    tagger = TopicTagger({"music": ("k-pop",), "food": ("ice cream",), "odd": ("x !",)})
+    assert tagger._single  # "x !" is one word: no pair to screen by
+    assert tagger.tag("I love K-Pop and ice cream, x") == {"music", "food", "odd"}
