@@ -63,11 +63,13 @@ def week_start(week: str) -> float:
 
 
 def language_of(text: str) -> str:
-    return "@zh" if _HAN.search(text, concurrent=False) else "@en"
+    return "@en" if text.isascii() or not _HAN.search(text, concurrent=False) else "@zh"
 
 
 def count_keys(topics: Iterable[str], text: str) -> list[str]:
     """The names one message adds 1 to: its topics, subject/facet pairs, and its script."""
+    if not topics:  # most messages: no topic, so no pairs either
+        return [language_of(text)]
     topics = sorted(topics)
     subjects = [t for t in topics if t.startswith(SUBJECTS)]
     facets = [t for t in topics if t.startswith(FACETS)]

@@ -46,6 +46,7 @@ _SPLIT_AT = re.compile(r"[。！？!?；;\n.,，]")
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
 _BLANKS = regex.compile(r"[^\S\n]+")
+_ASCII_BLANKS = re.compile(r"  |[\t\r\x0b\x0c]")  # in ASCII text: where _BLANKS would change something
 _HAN = regex.compile(r"\p{Han}")
 _LATIN = regex.compile(r"\p{Latin}")
 # Rule files of these languages are skipped for sentences without their script.
@@ -66,15 +67,15 @@ def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
         return None
 
 
-def _scripts(sentence: str) -> set[str]:
+_NO_SCRIPT, _LATIN_ONLY = frozenset(), frozenset({"latin"})
+
+
+def _scripts(sentence: str) -> frozenset[str]:
     if sentence.isascii():  # no Han; Latin if it has a letter (an ASCII letter has case)
-        return {"latin"} if sentence.lower() != sentence.upper() else set()
-    found = set()
-    if _HAN.search(sentence, concurrent=False):
-        found.add("han")
-    if _LATIN.search(sentence, concurrent=False):
-        found.add("latin")
-    return found
+        return _LATIN_ONLY if sentence.lower() != sentence.upper() else _NO_SCRIPT
+    han = _HAN.search(sentence, concurrent=False) is not None
+    latin = _LATIN.search(sentence, concurrent=False) is not None
+    return frozenset(("han",) * han + ("latin",) * latin)
 
 
 @dataclass
@@ -132,13 +133,20 @@ class Funnel:
         self._fillers = [(_SCRIPT_OF.get(f.language), _union(f.fillers)) for f in rules.files if f.fillers]
         # Every pattern's literal needles (memo_mw.needles): a text without them is not searched.
         # Most messages trigger nothing, and checking a few substrings says so in microseconds.
+        # Two screens: what every message meets (fillers, forget requests, triggers, recall-all
+        # questions), and the gates that only a triggered message meets. Every message is searched
+        # for the first one's needles alone, a third of them: less to search, and less to keep in
+        # the CPU's caches (under a busy server that costs more than the search itself).
         self._screen = Screen() if screen else Screen.off()
+        self._gate_screen = Screen() if screen else Screen.off()
         for _, filler in self._fillers:
             if filler is not None:
                 self._screen.add(id(filler), needles(filler.pattern))
-        for gate in rules.gates("negative") + rules.gates("sensitive") + rules.gates("forget") + \
-                rules.gates("recall_all"):
+        self._any_filler = self._firsts(id(f) for _, f in self._fillers if f is not None)
+        for gate in rules.gates("forget") + rules.gates("recall_all"):
             self._screen.add(id(gate), needles(gate.pattern.pattern))
+        for gate in rules.gates("negative") + rules.gates("sensitive"):
+            self._gate_screen.add(id(gate), needles(gate.pattern.pattern))
         # A trigger's `requires` words are needles too (checked again as written when they pass).
         # Per file, the triggers each needle of their first set may let through, in file order.
         self._by_needle: dict[int, dict[str, tuple[int, ...]]] = {}
@@ -167,7 +175,20 @@ class Funnel:
         # As for triggers: a Chinese forget pattern cannot match a message with no Chinese character.
         script_of = {id(g): _SCRIPT_OF.get(f.language) for f in rules.files for g in f.forget}
         self._forget = [(g, script_of.get(id(g)), self._screen.sets(id(g))) for g in rules.gates("forget")]
+        # By the scripts of a text: the forget gates that may apply, and the needles one of which
+        # any text they can match holds.
+        self._forget_for = {}
+        for scripts in (_NO_SCRIPT, _LATIN_ONLY, frozenset({"han"}), frozenset({"han", "latin"})):
+            gates = [entry for entry in self._forget if entry[1] is None or entry[1] in scripts]
+            self._forget_for[scripts] = (gates, self._firsts(id(entry[0]) for entry in gates))
         self._recall_all = rules.gates("recall_all")
+        self._any_recall_all = self._firsts(id(g) for g in self._recall_all)
+
+    def _firsts(self, keys) -> frozenset[str] | None:
+        """The first needle sets of these patterns, joined: a text with none of them is matched by
+        none of the patterns (None: some pattern has no needles)."""
+        firsts = [self._screen.sets(key) for key in keys]
+        return frozenset().union(*(sets[0] for sets in firsts)) if all(firsts) else None
 
     def _trigger_screen(self) -> frozenset[str] | None:
         """Needles one of which any message some trigger can match holds (None: not known)."""
@@ -206,10 +227,12 @@ class Funnel:
                         rule.id, rule.source, len(text))
             return None
 
-    def _gate_hit(self, gates: list[Gate], text: str) -> Gate | None:
-        present = self._screen.present(text) if gates else None
+    def _gate_hit(self, gates: list[Gate], text: str, screen: Screen | None = None) -> Gate | None:
+        """The first of these gates (screened by ``screen``, the gate screen by default) that matches."""
+        screen = self._gate_screen if screen is None else screen
+        present = screen.present(text) if gates else frozenset()
         for gate in gates:
-            if self._search(gate, text, present) is not None:
+            if screen.may_match(id(gate), present) and self._search(gate, text) is not None:
                 return gate
         return None
 
@@ -222,26 +245,26 @@ class Funnel:
     def _clean(self, text: str) -> tuple[str, frozenset[str] | None]:
         """The cleaned text, and its needles when no filler changed it (else None)."""
         text = nfkc(text)
-        scripts = _scripts(text)
         present: frozenset[str] | None = self._screen.present(text)
         changed = False
-        for needed, filler in self._fillers:
-            if filler is None or (needed is not None and needed not in scripts):
-                continue
-            if not self._screen.may_match(id(filler), present):
-                continue
-            try:
-                cleaned = filler.sub("", text, timeout=self.timeout, concurrent=False)
-            except TimeoutError:
-                log.warning("memo-mw: a filler pattern timed out; left the text as it was")
-                continue
-            if cleaned != text:  # a removal can make the next filler's needles: look again
-                changed = True
-                present = self._screen.present(cleaned)
-            text = cleaned
+        if self._any_filler is None or not self._any_filler.isdisjoint(present):
+            scripts = _scripts(text)
+            for needed, filler in self._fillers:
+                if filler is None or (needed is not None and needed not in scripts):
+                    continue
+                if not self._screen.may_match(id(filler), present):
+                    continue
+                try:
+                    cleaned = filler.sub("", text, timeout=self.timeout, concurrent=False)
+                except TimeoutError:
+                    log.warning("memo-mw: a filler pattern timed out; left the text as it was")
+                    continue
+                if cleaned != text:  # a removal can make the next filler's needles: look again
+                    changed = True
+                    present = self._screen.present(cleaned)
+                text = cleaned
         # Runs of spaces become one; line breaks stay, as they end sentences.
-        if text.isascii() and "  " not in text and "\t" not in text and "\r" not in text \
-                and "\x0b" not in text and "\x0c" not in text:
+        if text.isascii() and _ASCII_BLANKS.search(text) is None:
             cleaned = text.strip()  # nothing for _BLANKS to do
         else:
             cleaned = _BLANKS.sub(" ", text, concurrent=False).strip()
@@ -337,10 +360,10 @@ class Funnel:
         return passed
 
     def _forget_request(self, text: str, present: frozenset[str]) -> tuple[Gate, str | None] | None:
-        scripts = _scripts(text)
-        for gate, needed, sets in self._forget:
-            if needed is not None and needed not in scripts:
-                continue
+        gates, firsts = self._forget_for[_scripts(text)]
+        if firsts is not None and firsts.isdisjoint(present):
+            return None  # the usual case: none of the needles
+        for gate, _, sets in gates:
             if any(map(present.isdisjoint, sets)):
                 continue  # the screen rules it out
             match = self._search(gate, text)
@@ -348,14 +371,17 @@ class Funnel:
                 continue
             if gate.scope == "all":
                 return gate, None
-            what = _EDGE_PUNCT.sub("", match.group("what") or "")
+            what = _EDGE_PUNCT.sub("", match.group("what") or "", concurrent=False)
             if what:
                 return gate, what
         return None
 
     def is_recall_all(self, message: str) -> bool:
         """True for questions like "what do you remember about me": recall everything, not just matches."""
-        return self._gate_hit(self._recall_all, nfkc(message or "")) is not None
+        text = nfkc(message or "")
+        if self._any_recall_all is not None and self._any_recall_all.isdisjoint(self._screen.present(text)):
+            return False  # the usual case: none of their needles
+        return self._gate_hit(self._recall_all, text, self._screen) is not None
 
     def _triggers(self, sentences: list[str], text: str, text_present: frozenset[str]) -> list[_Hit]:
         hits = []
@@ -399,7 +425,7 @@ class Funnel:
             return None  # a group the summary needs captured nothing
         if len(values.get("what", "")) > rule_file.max_capture:
             return None
-        content = _SPACES.sub(" ", render(trigger.summary, values)).strip()
+        content = _SPACES.sub(" ", render(trigger.summary, values), concurrent=False).strip()
         key = _strip_key_prefixes(memory_key(render(trigger.key, values)), rule_file.key_prefixes)
         if not content or not key:
             return None
@@ -413,16 +439,16 @@ class Funnel:
     @staticmethod
     def _tidy(value: str, rule_file: RuleFile, *, particles: bool, pronouns: bool) -> str:
         """Edge punctuation (and, for the remembered phrase, trailing particles) off; first person to third."""
-        value = _EDGE_PUNCT.sub("", value.strip())
+        value = _EDGE_PUNCT.sub("", value.strip(), concurrent=False)
         changed = particles
         while changed and value:
             changed = False
             for particle in rule_file.trailing:
                 if _ends_with_particle(value, particle):
-                    value = _EDGE_PUNCT.sub("", value[: -len(particle)])
+                    value = _EDGE_PUNCT.sub("", value[: -len(particle)], concurrent=False)
                     changed = True
         for pattern, replacement in rule_file.pronouns if pronouns else ():
-            value = pattern.sub(replacement, value)
+            value = pattern.sub(replacement, value, concurrent=False)
         return value
 
 

@@ -164,15 +164,10 @@ class MemoryMiddleware:
 
     def _body_length(self, environ: dict) -> int | None:
         """The body's length when the body is ours to read (JSON, a plain known length, under the cap)."""
-        media_type, _, params = environ.get("CONTENT_TYPE", "").partition(";")
-        media_type = media_type.strip().lower()
-        if media_type != "application/json" and not media_type.endswith("+json"):
+        content_type = environ.get("CONTENT_TYPE", "")
+        if content_type not in _PLAIN_JSON and not self._json_type(content_type):
             return None
-        for param in params.split(";"):
-            name, _, value = param.partition("=")
-            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
-                return None  # JSON is UTF-8; a body declared otherwise is not ours to rewrite
-        if "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+        if "HTTP_TRANSFER_ENCODING" in environ and "chunked" in environ["HTTP_TRANSFER_ENCODING"].lower():
             return None  # the length, if any, is not the body's
         if environ.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() not in ("", "identity"):
             return None  # compressed: not readable as JSON here
@@ -183,6 +178,19 @@ class MemoryMiddleware:
         if length <= 0 or length > self.max_body:
             return None
         return length
+
+    @staticmethod
+    def _json_type(content_type: str) -> bool:
+        """A JSON media type, in UTF-8 if a charset is given."""
+        media_type, _, params = content_type.partition(";")
+        media_type = media_type.strip().lower()
+        if media_type != "application/json" and not media_type.endswith("+json"):
+            return False
+        for param in params.split(";"):
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+                return False  # JSON is UTF-8; a body declared otherwise is not ours to rewrite
+        return True
 
     def _intercept(self, environ: dict) -> None:
         """Read the body, handle the turn, and leave a body the app can read, whatever happens."""
@@ -229,7 +237,7 @@ class MemoryMiddleware:
         try:
             # Strict UTF-8 (json.loads would also take UTF-16/32, a BOM and encoded surrogates)
             # and strict JSON (no NaN or Infinity, which could not be re-encoded as valid JSON).
-            body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
+            body = _DECODER.decode(raw.decode("utf-8"))
         except ValueError:
             return None
         turn = read_turn(body)
@@ -343,6 +351,11 @@ class MemoryMiddleware:
         return state._replace(pending=pending, forgets=[*state.forgets, forget])
 
 
+#: What almost every client sends as its content type (anything else is parsed by _json_type).
+_PLAIN_JSON = frozenset({"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8",
+                         "application/json; charset=UTF-8", "application/json;charset=UTF-8"})
+
+
 def _reject_constant(name: str) -> None:
     raise ValueError(f"non-standard JSON constant {name}")
 
@@ -354,3 +367,7 @@ def _finite_float(text: str) -> float:
     if value in (float("inf"), float("-inf")):
         raise ValueError(f"number out of range: {text}")
     return value
+
+
+# One decoder (json.loads with these hooks would build one per call).
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)

@@ -122,15 +122,15 @@ class Screen:
         return found
 
     def _present(self, text: str) -> frozenset[str]:
-        if not self._words:
+        automata = self._automaton
+        if automata is None:  # built whole before it is shared: threads may ask at once
+            # An ASCII text can hold only the ASCII needles: their own automaton, a third the size
+            # of the whole, is searched faster (and stays in the CPU's caches better).
+            automata = self._automaton = (_automaton(w for w in self._words if w.isascii()),
+                                          _automaton(self._words))
+        automaton = automata[0] if text.isascii() else automata[1]
+        if automaton is None:
             return frozenset()
-        automaton = self._automaton
-        if automaton is None:  # built whole before it is shared: threads may ask at once
-            automaton = ahocorasick.Automaton()
-            for word in self._words:
-                automaton.add_word(word, word)
-            automaton.make_automaton()
-            self._automaton = automaton
         return frozenset([needle for _, needle in automaton.iter(marked(fold(text)))])
 
     def sets(self, key: Any) -> tuple[frozenset[str], ...]:
@@ -143,6 +143,17 @@ class Screen:
             if needles_.isdisjoint(present):
                 return False
         return True
+
+
+def _automaton(words: Iterable[str]) -> Any:
+    """An Aho-Corasick automaton finding these strings (None when there are none)."""
+    automaton = ahocorasick.Automaton()
+    for word in words:
+        automaton.add_word(word, word)
+    if not len(automaton):
+        return None
+    automaton.make_automaton()
+    return automaton
 
 
 class _Unknown(Exception):

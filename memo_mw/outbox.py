@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import defaults
+from . import defaults, process
 from .breaker import CircuitBreaker
 from .userstate import EMPTY, UserState, forget_marker
 
@@ -71,7 +71,7 @@ class Outbox:
 
     def _connect(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+        if conn is None or getattr(self._local, "pid", None) != process.pid():
             conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
                                    isolation_level=None, check_same_thread=False)
             conn.execute("pragma journal_mode=wal")
@@ -79,7 +79,7 @@ class Outbox:
             # like a job in Redis, only a crash of the machine itself can lose the last ones.
             conn.execute("pragma synchronous=normal")
             conn.execute("pragma secure_delete=on")
-            self._local.conn, self._local.pid = conn, os.getpid()
+            self._local.conn, self._local.pid = conn, process.pid()
         return conn
 
     def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
@@ -351,14 +351,14 @@ class ResilientBackend:
 
     def _ensure_drainer(self) -> None:
         """A drain thread in this process (again after a fork: threads do not survive one)."""
-        if self._thread is not None and self._thread_pid == os.getpid() and self._thread.is_alive():
+        if self._thread is not None and self._thread_pid == process.pid() and self._thread.is_alive():
             return
         with self._start_lock:
-            if self._thread is None or self._thread_pid != os.getpid() or not self._thread.is_alive():
+            if self._thread is None or self._thread_pid != process.pid() or not self._thread.is_alive():
                 # The thread holds the backend weakly: it ends when the backend is dropped or closed.
                 self._thread = threading.Thread(target=_drain_loop, args=(weakref.ref(self),),
                                                 name="memo-mw-outbox", daemon=True)
-                self._thread_pid = os.getpid()
+                self._thread_pid = process.pid()
                 self._thread.start()
 
     def close(self) -> None:
@@ -369,7 +369,7 @@ class ResilientBackend:
                 log.exception("memo-mw: could not send the outbox before closing; its rows wait in the file")
         self._stop.set()
         self._wake.set()
-        if self._thread is not None and self._thread_pid == os.getpid():
+        if self._thread is not None and self._thread_pid == process.pid():
             self._thread.join(timeout=5)
         self.outbox.close()
         self.backend.close()
@@ -476,6 +476,12 @@ class _GuardedState:
         if rows is None:  # Redis did not answer: whatever waits in the outbox now
             rows = self._backend.outbox.user_rows(user_id)
         return _with_outbox(state or EMPTY, rows)
+
+    def note_topics(self, *args: Any) -> None:
+        # Counts wait in the process for a send (no I/O here): skipped while Redis is down. Not
+        # through call(): a half-open breaker's one trial belongs to a call that reaches Redis.
+        if self._backend.breaker.closed:
+            self._backend.backend.state.note_topics(*args)
 
     def __getattr__(self, method: str) -> Callable[..., Any]:
         # put_pending, drop_pending, add_forget, add_shown, ...: skipped while Redis is down.

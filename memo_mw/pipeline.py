@@ -91,6 +91,12 @@ class Recaller:
         """
         config = config or self.config
         recall_all = self.funnel.is_recall_all(message)
+        known = self._known_now(user_id)
+        if known is not None and self.cache is not None:  # the usual case: no SQLite read at all
+            entry = self.cache.get(user_id, known[0])
+            if entry is not None and entry.touched == known[1]:
+                self._note_version(user_id, known[0])
+                return self._from_cache(entry, message, now=now, state=state, config=config, recall_all=recall_all)
         try:
             store = self._pool.get_nowait()
         except queue.Empty:
@@ -128,9 +134,7 @@ class Recaller:
             version, touched = self._known_versions(store, user_id)
         except sqlite3.OperationalError:  # a database older than user_versions, opened read-only
             return None
-        if len(self.versions) >= _VERSIONS_KEPT:
-            self.versions.clear()
-        self.versions[user_id] = version  # for the insights read next (ProfileReader)
+        self._note_version(user_id, version)
         entry = self.cache.get(user_id, version)
         if entry is not None and entry.touched != touched:
             # Only recall counts changed (hits, last_accessed): a large user's copy takes them in
@@ -155,14 +159,28 @@ class Recaller:
             self.cache.put(user_id, entry)
         return entry
 
+    def _note_version(self, user_id: str, version: int | None) -> None:
+        if len(self.versions) >= _VERSIONS_KEPT:
+            self.versions.clear()
+        self.versions[user_id] = version  # for the insights read next (ProfileReader)
+
+    def _known_now(self, user_id: str) -> tuple[int | None, int] | None:
+        """The user's version and touched as last read, while nothing said the user changed
+        (``changes``, the user-state listener) and for at most VERSION_MAX_AGE; else None."""
+        if self.changes is None:
+            return None
+        known = self._known.get(user_id)
+        if known is None or known[0] != self.changes.stamp(user_id) or \
+                time.monotonic() - known[1] >= defaults.RECALL_VERSION_MAX_AGE:
+            return None
+        return known[2]
+
     def _known_versions(self, store: Store, user_id: str) -> tuple[int | None, int]:
-        """The user's version and touched: from SQLite, or as last read while nothing said the
-        user changed (``changes``, the user-state listener) and for at most VERSION_MAX_AGE."""
+        """The user's version and touched: as last read (_known_now), or from SQLite."""
+        known = self._known_now(user_id)
+        if known is not None:
+            return known
         stamp = self.changes.stamp(user_id) if self.changes is not None else None
-        if stamp is not None:
-            known = self._known.get(user_id)
-            if known is not None and known[0] == stamp and time.monotonic() - known[1] < defaults.RECALL_VERSION_MAX_AGE:
-                return known[2]
         versions = _versions(store, user_id)  # read after the stamp: a change meanwhile moves it
         if stamp is not None:
             if len(self._known) >= _VERSIONS_KEPT:
@@ -187,13 +205,13 @@ class Recaller:
     def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
                     config: RecallConfig, recall_all: bool) -> list[dict[str, Any]]:
         tag = self.funnel.topics.tag
-        pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
+        pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])} if state.pending else set()
         if isinstance(entry, RankedMemories):
             self.stats["ranked"] += 1
             return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=tag,
                                 visible=lambda memories: visible(memories, state), pending_keys=pending_keys,
                                 candidates=self.cache_candidates, stats=self.stats)
-        if recall_all or state.forgets or state.shown or entry.hottest_on(pending_keys):
+        if recall_all or state.forgets or state.shown or (pending_keys and entry.hottest_on(pending_keys)):
             # Everything may show, or what is hidden changes the hottest memory (hotness is
             # normalised by the hottest visible one).
             memories, max_hits = entry.memories, None

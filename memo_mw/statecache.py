@@ -22,13 +22,12 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import os
 import threading
 import time
 import weakref
 from typing import Any
 
-from . import defaults
+from . import defaults, process
 from .userstate import RedisUserState, UserState
 
 log = logging.getLogger(__name__)
@@ -60,7 +59,7 @@ class CachedUserState:
     # -- reads ----------------------------------------------------------------------------
 
     def read(self, user_id: str) -> UserState:
-        listening = self.listening and self._threads_pid == os.getpid()
+        listening = self.listening and self._threads_pid == process.pid()
         with self._lock:
             if listening:
                 hit = self._cache.get(user_id)
@@ -88,7 +87,7 @@ class CachedUserState:
         be trusted (not listening). Recall keys its copy of the user's version on it (a stored
         memory drops its pending entry, a deletion adds a forget marker: both publish; anything
         else is seen within defaults.RECALL_VERSION_MAX_AGE)."""
-        if not (self.listening and self._threads_pid == os.getpid()):
+        if not (self.listening and self._threads_pid == process.pid()):
             return None
         return self._epoch, self._generation[user_id]
 
@@ -96,6 +95,10 @@ class CachedUserState:
         with self._lock:
             self._generation[user_id] = next(self._changes)
             self._cache.pop(user_id, None)
+
+    def note_topics(self, *args: Any) -> None:
+        """Counts only (no I/O, nothing cached changes): straight to the Redis state, which sends them."""
+        self.inner.note_topics(*args)
 
     # -- writes: through to Redis (which publishes), and dropped here at once ---------------
 
@@ -114,16 +117,16 @@ class CachedUserState:
     # -- the listener and the sender -------------------------------------------------------
 
     def _ensure_threads(self) -> None:
-        if self._threads_pid == os.getpid():
+        if self._threads_pid == process.pid():
             return
         with self._start_lock:
-            if self._threads_pid == os.getpid():
+            if self._threads_pid == process.pid():
                 return
             # After a fork: this process starts with nothing it could trust.
             self.listening = False
             with self._lock:
                 self._cache.clear()
-            self._threads_pid = os.getpid()
+            self._threads_pid = process.pid()
             ref = weakref.ref(self)
             threading.Thread(target=_listen, args=(ref,), name="memo-mw-state-listener", daemon=True).start()
             threading.Thread(target=_send, args=(ref,), name="memo-mw-count-sender", daemon=True).start()

@@ -44,12 +44,12 @@ def nfkc(text: str) -> str:
 
 def normalize(text: str) -> str:
     """NFKC, case-folded, punctuation removed, whitespace collapsed: the form compared for equality."""
-    return " ".join(_PUNCT.sub(" ", nfkc(text).casefold()).split())
+    return " ".join(_PUNCT.sub(" ", nfkc(text).casefold(), concurrent=False).split())
 
 
 def memory_key(text: str) -> str:
     """The slot a memory fills: normalised, without leading determiners ("the", "my", ...)."""
-    return _LEADING_DETERMINERS.sub("", normalize(text)).strip()
+    return _LEADING_DETERMINERS.sub("", normalize(text), concurrent=False).strip()
 
 
 def stem(word: str) -> str:
@@ -77,7 +77,7 @@ def _word_token(word: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def tokens(text: str) -> frozenset[str]:
     """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams.
 

@@ -59,7 +59,7 @@ class TopicTagger:
         self._pairs = frozenset((entry[0][0], entry[0][1]) for entries in self._word_phrases.values()
                                 for entry in entries if len(entry[0]) > 1)
         self._single = any(len(entry[0]) == 1 for entries in self._word_phrases.values() for entry in entries)
-        self.tag = functools.lru_cache(maxsize=65536)(self._tag)
+        self.tag = functools.lru_cache(maxsize=4096)(self._tag)
 
     def _tag(self, text: str) -> frozenset[str]:
         found: set[str] = set()
