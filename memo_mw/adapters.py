@@ -29,6 +29,8 @@ class Turn:
 
 def clean_id(value: Any) -> str | None:
     """An id as a non-empty string of reasonable length, or None."""
+    if value is None:
+        return None  # most often: the field is not there
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
     value = str(value).strip()

@@ -46,7 +46,7 @@ _SPLIT_AT = re.compile(r"[。！？!?；;\n.,，]")
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
 _BLANKS = regex.compile(r"[^\S\n]+")
-_ASCII_BLANKS = re.compile(r"  |[\t\r\x0b\x0c]")  # in ASCII text: where _BLANKS would change something
+_ASCII_BLANKS = re.compile(r"[\t\r\x0b\x0c]")  # in ASCII text, with "  ": where _BLANKS changes something
 _HAN = regex.compile(r"\p{Han}")
 _LATIN = regex.compile(r"\p{Latin}")
 # Rule files of these languages are skipped for sentences without their script.
@@ -166,6 +166,7 @@ class Funnel:
         # The triggers' needles over the whole message: a message with none of them triggers
         # nothing, whatever its sentences (None: some trigger has no needles, always look).
         self._any_trigger = self._trigger_screen()
+        self._after = self._after_first()
         # The gate lists each stage reads, sorted by scope once rather than per message.
         by_scope = lambda gates, scope: [g for g in gates if g.scope == scope]  # noqa: E731
         self._negative_message = by_scope(rules.gates("negative"), "message")
@@ -196,20 +197,38 @@ class Funnel:
             return None
         return frozenset().union(*(by_needle.keys() for by_needle in self._by_needle.values()))
 
+    def _after_first(self) -> dict[str, tuple[bool, frozenset[str], tuple[tuple[frozenset[str], ...], ...]]]:
+        """For each needle of some trigger's first set, what else those triggers need: (whether one
+        needs nothing more, the second sets of those with two sets, joined, the other sets of those
+        with more). Some trigger with this needle may match a text iff one needs nothing more, its
+        needles meet the joined set (each of those triggers needs one of its own), or all of one's
+        other sets are met."""
+        after: dict[str, list] = {}
+        for rule_file in self.rules.files:
+            for needle, indexes in self._by_needle[id(rule_file)].items():
+                entry = after.setdefault(needle, [False, set(), []])
+                for i in indexes:
+                    rest = self._screen.sets(id(rule_file.triggers[i]))[1:]
+                    if not rest:
+                        entry[0] = True
+                    elif len(rest) == 1:
+                        entry[1].update(rest[0])
+                    else:
+                        entry[2].append(rest)
+        return {n: (alone, frozenset(seconds), tuple(more)) for n, (alone, seconds, more) in after.items()}
+
     def _may_trigger(self, present: frozenset[str]) -> bool:
         """Whether some trigger's needle sets are all in ``present`` (a text's needles; each of its
         sentences holds no more): if none are, no sentence of it can trigger anything."""
         if self._any_trigger is None:
             return True
-        found = self._any_trigger.intersection(present)
-        if not found:
-            return False
-        for rule_file in self.rules.files:
-            by_needle = self._by_needle[id(rule_file)]
-            for needle in found:
-                for i in by_needle.get(needle, ()):
-                    if self._screen.may_match(id(rule_file.triggers[i]), present):
-                        return True
+        for needle in self._any_trigger.intersection(present):
+            alone, seconds, more = self._after[needle]
+            if alone or not seconds.isdisjoint(present):
+                return True
+            for sets in more:
+                if not any(map(present.isdisjoint, sets)):
+                    return True
         return False
 
     # -- matching with a timeout -------------------------------------------------------
@@ -264,7 +283,7 @@ class Funnel:
                     present = self._screen.present(cleaned)
                 text = cleaned
         # Runs of spaces become one; line breaks stay, as they end sentences.
-        if text.isascii() and _ASCII_BLANKS.search(text) is None:
+        if text.isascii() and "  " not in text and _ASCII_BLANKS.search(text) is None:
             cleaned = text.strip()  # nothing for _BLANKS to do
         else:
             cleaned = _BLANKS.sub(" ", text, concurrent=False).strip()

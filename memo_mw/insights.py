@@ -277,7 +277,7 @@ class ProfileReader:
 
     def profile(self, user_id: str, *, state: UserState = EMPTY) -> list[dict[str, Any]]:
         """The insights for the block: none once the user asked to forget everything."""
-        if self.k <= 0 or any(f["tokens"] is None for f in state.forgets):
+        if self.k <= 0 or state.forgets and any(f["tokens"] is None for f in state.forgets):
             return []
         version = self._version_of(user_id) if self._version_of is not None else UNKNOWN
         kept = self._kept.get(user_id) if version is not UNKNOWN else None

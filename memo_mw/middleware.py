@@ -256,10 +256,7 @@ class MemoryMiddleware:
             environ[ENVIRON_CAPTURE] = result.stage
         ts = turn.ts if turn.ts is not None else now
         if result is not None and result.stage != "forget":
-            # Topic counts for the weekly insights: tagged as recall tags the message (a cache hit
-            # there), sent with the state read below, in its round trip (memo_mw.counters).
-            self._state_call("note_topics", self.db, user_id, counters.week_of(now),
-                             counters.count_keys(self.funnel.topics.tag(turn.message), turn.message))
+            self._note_topics(user_id, now, turn.message)
         state = self._user_state(user_id)
         if result is not None and result.stage == "forget":
             state = self._note_forget(user_id, forget_marker(result.forget_match, ts), state)
@@ -318,6 +315,15 @@ class MemoryMiddleware:
             self.queue.enqueue(func, args, job_id=job_id, **({"pending": pending} if pending is not None else {}))
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
+
+    def _note_topics(self, user_id: str, now: float, message: str) -> None:
+        """Count the message's topics for the weekly insights (memo_mw.counters), tagged as recall
+        tags it (a cache hit there); no I/O here, they are sent with other counts."""
+        try:
+            self.queue.state.note_topics(self.db, user_id, counters.week_of(now),
+                                         counters.count_keys(self.funnel.topics.tag(message), message))
+        except Exception:
+            log.exception("memo-mw: could not count the message's topics")
 
     def _state_call(self, method: str, *args: Any) -> None:
         try:

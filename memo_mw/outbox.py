@@ -351,7 +351,7 @@ class ResilientBackend:
 
     def _ensure_drainer(self) -> None:
         """A drain thread in this process (again after a fork: threads do not survive one)."""
-        if self._thread is not None and self._thread_pid == process.pid() and self._thread.is_alive():
+        if self._thread_pid == process.pid() and self._thread.is_alive():  # (set together)
             return
         with self._start_lock:
             if self._thread is None or self._thread_pid != process.pid() or not self._thread.is_alive():

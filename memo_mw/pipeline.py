@@ -219,6 +219,8 @@ class Recaller:
             # Only what shares a token or topic with the message can score (and style,
             # confirmations), and a pending statement meets only the memories on its own slot.
             memories, max_hits = entry.candidates(tokens(message), tag(message), pending_keys), entry.max_hits
+            if not memories and not state.pending:
+                return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
                      topics=tag, max_hits=max_hits, features=entry.features)
 

@@ -70,8 +70,8 @@ class ReloadingFunnel:
     """A :class:`~memo_mw.funnel.Funnel` whose rules follow their files.
 
     It has the funnel's interface (``process``, ``is_recall_all``, ``topics``, ``rules``...);
-    each ``process`` and ``is_recall_all`` call may notice a change, never waits for a
-    reload, and runs on one consistent set of rules.
+    each ``process`` call may notice a change (the middleware makes one per request), never
+    waits for a reload, and runs on one consistent set of rules.
 
     :param paths: rule files or folders, as for :func:`~memo_mw.rules.load_rules`.
     :param interval: seconds between two looks at the files (by ``clock``).
@@ -120,7 +120,6 @@ class ReloadingFunnel:
         return self._funnel.process(message)
 
     def is_recall_all(self, message: str) -> bool:
-        self.check()
         return self._funnel.is_recall_all(message)
 
     def __getattr__(self, name: str) -> Any:

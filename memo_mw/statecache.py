@@ -55,6 +55,8 @@ class CachedUserState:
         self._stop = threading.Event()
         self._threads_pid: int | None = None
         self._start_lock = threading.Lock()
+        #: Counts only (no I/O, nothing cached changes): straight to the Redis state, which sends them.
+        self.note_topics = inner.note_topics
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -65,7 +67,6 @@ class CachedUserState:
                 hit = self._cache.get(user_id)
                 if hit is not None and time.monotonic() - hit[1] < self.max_age:
                     self._cache.move_to_end(user_id)
-                    self.stats["hit"] += 1
                     return hit[0]
             generation = self._generation[user_id]
         self.stats["miss"] += 1
@@ -96,9 +97,6 @@ class CachedUserState:
             self._generation[user_id] = next(self._changes)
             self._cache.pop(user_id, None)
 
-    def note_topics(self, *args: Any) -> None:
-        """Counts only (no I/O, nothing cached changes): straight to the Redis state, which sends them."""
-        self.inner.note_topics(*args)
 
     # -- writes: through to Redis (which publishes), and dropped here at once ---------------
 

@@ -67,7 +67,7 @@ def stem(word: str) -> str:
     return word
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=4096)
 def _word_token(word: str) -> str | None:
     """A Latin word's token (stemmed), or None for a stopword or a single letter."""
     word = word.replace("’", "'")

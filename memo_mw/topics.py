@@ -21,6 +21,7 @@ from .text import nfkc, stem, tokens
 
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
 _ASCII_WORDS = re.compile(r"[a-z0-9]+")  # _WORDS on case-folded ASCII text, in the faster engine
+_NO_TOPICS: frozenset[str] = frozenset()
 _ONE_WORD = re.compile(r"[a-z0-9][a-z0-9']*")  # a word as recall's tokens() finds it ("k-pop" is two)
 
 
@@ -62,14 +63,12 @@ class TopicTagger:
         self.tag = functools.lru_cache(maxsize=4096)(self._tag)
 
     def _tag(self, text: str) -> frozenset[str]:
-        found: set[str] = set()
-        for token in self._stems.intersection(tokens(text)):  # the few words with a topic, in C
-            found |= self._by_stem[token]
+        stems = self._stems.intersection(tokens(text))  # the few words with a topic, in C
+        found: set[str] = set().union(*map(self._by_stem.__getitem__, stems)) if stems else set()
         folded = nfkc(text).casefold()
         if self._word_phrases:
             words = _ASCII_WORDS.findall(folded) if folded.isascii() else _WORDS.findall(folded, concurrent=False)
-            pairs = set(zip(words, words[1:])) if len(words) > 1 else set()
-            if self._single or not self._pairs.isdisjoint(pairs):
+            if self._single or not self._pairs.isdisjoint(zip(words, words[1:])):
                 for i, word in enumerate(words):
                     for phrase, topics in self._word_phrases.get(word, ()):
                         if tuple(words[i:i + len(phrase)]) == phrase:
@@ -86,4 +85,4 @@ class TopicTagger:
                         break
                 else:
                     i += 1
-        return frozenset(found)
+        return frozenset(found) if found else _NO_TOPICS

@@ -199,3 +199,16 @@ def test_cleaning_looks_again_after_a_filler_changed_the_text():
     rules = load_rules()
     text = "to be 其实honest, I like green tea"
     assert Funnel(rules).clean(text) == Funnel(rules, screen=False).clean(text) == "I like green tea"
+
+
+def test_the_joined_trigger_screen_says_what_the_triggers_one_by_one_say():
+    """_may_trigger (the needles each trigger needs after its first, joined) against every trigger's
+    own needle sets, on every example sentence and on ordinary messages."""
+    rules = load_rules()
+    funnel = Funnel(rules)
+    texts = [e for f in rules.files for r in f.triggers for part in (r.examples or ((), (), None))[:2] for e in part]
+    texts += ["what's the weather like in town today?", "I like it", "we own a town", "以后叫我小王", "记得我喜欢茶"]
+    triggers = [t for f in rules.files for t in f.triggers]
+    for text in texts:
+        present = funnel._screen.present(text)
+        assert funnel._may_trigger(present) == any(funnel._screen.may_match(id(t), present) for t in triggers), text
