@@ -23,6 +23,7 @@ them, so a needle is in a marked text exactly where it was in the text, its edge
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ def fold(text: str) -> str:
     return text.casefold() if text.isascii() else text.translate(_SPECIAL).casefold()
 
 
+_NEEDLE = operator.itemgetter(1)  # of what the automaton yields: (end, needle)
 #: Stands for a word edge (``\\b``) in needles and marked texts; a pattern's own NUL is not read.
 MARK = "\x00"
 _ASCII_WORD_RUN = re.compile(r"([0-9A-Za-z_]+)")
@@ -131,7 +133,7 @@ class Screen:
         automaton = automata[0] if text.isascii() else automata[1]
         if automaton is None:
             return frozenset()
-        return frozenset([needle for _, needle in automaton.iter(marked(fold(text)))])
+        return frozenset(map(_NEEDLE, automaton.iter(marked(fold(text)))))
 
     def sets(self, key: Any) -> tuple[frozenset[str], ...]:
         """The needle sets of the pattern under ``key`` (none: it always may match)."""

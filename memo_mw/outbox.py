@@ -466,7 +466,8 @@ class _GuardedState:
 
     def read(self, user_id: str) -> UserState:
         inner = self._backend.backend.state
-        self._backend._ensure_drainer()
+        if self._backend._thread_pid != process.pid():  # a fork since (enqueue also checks it lives)
+            self._backend._ensure_drainer()
         # The outbox first, then Redis: a row the thread sends in between is in one or the other
         # (the thread drops this process's copy of the user's state before it deletes the row).
         rows = self._backend.outbox.user_rows(user_id) if self._backend.spooled else None
