@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import operator
 import re
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -106,7 +107,11 @@ class Screen:
         return screen
 
     def add(self, key: Any, sets: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
-        self._sets[key] = sets = tuple(s for s in sets if s) if self._on else ()
+        """Screen the pattern under ``key`` by these sets (of :func:`needles`, or any strings one of
+        which every match holds, as written: they are put in the screen's form here)."""
+        sets = [frozenset(map(_as_needle, s)) for s in sets] if self._on else []
+        # A string of marks alone stands for nothing: a set holding one says nothing.
+        self._sets[key] = sets = tuple(s for s in sets if s and None not in s)
         self._words.update(*sets)
         self._automaton = None  # built again on the next use
         self._recent = {}
@@ -126,14 +131,15 @@ class Screen:
     def _present(self, text: str) -> frozenset[str]:
         automata = self._automaton
         if automata is None:  # built whole before it is shared: threads may ask at once
-            # An ASCII text can hold only the ASCII needles: their own automaton, a third the size
-            # of the whole, is searched faster (and stays in the CPU's caches better).
+            # The ASCII needles in an automaton of their own: an ASCII text can hold no other, and
+            # the smaller automaton is searched faster (and stays in the CPU's caches better).
             automata = self._automaton = (_automaton(w for w in self._words if w.isascii()),
-                                          _automaton(self._words))
-        automaton = automata[0] if text.isascii() else automata[1]
-        if automaton is None:
-            return frozenset()
-        return frozenset(map(_NEEDLE, automaton.iter(marked(fold(text)))))
+                                          _automaton(w for w in self._words if not w.isascii()))
+        text = marked(fold(text))
+        found = frozenset(map(_NEEDLE, automata[0].iter(text))) if automata[0] is not None else frozenset()
+        if automata[1] is not None and not text.isascii():
+            found |= frozenset(map(_NEEDLE, automata[1].iter(text)))
+        return found
 
     def sets(self, key: Any) -> tuple[frozenset[str], ...]:
         """The needle sets of the pattern under ``key`` (none: it always may match)."""
@@ -186,7 +192,7 @@ _EDGE_CLASS = _Info(None, head=frozenset({MARK}), tail=frozenset({MARK}))
 _CLASS_ESCAPES = set("dDwWsSX")
 
 
-@functools.lru_cache(maxsize=65536)  # asked again for the same sets as a pattern is read
+@functools.lru_cache(maxsize=65536)  # asked again for the same sets as a pattern is read (cleared after)
 def _useful(strings: frozenset[str] | None) -> frozenset[str] | None:
     """A needle set (in the screen's form, :func:`_as_needle`) without the strings that contain
     another of it (they add nothing), or None when it says little (empty, holding the empty
@@ -229,7 +235,8 @@ class _Reader:
     def __init__(self, pattern: str):
         self.p = pattern
         self.i = 0
-        #: Whether \b means the default word boundary here (not under a scoped (?w:) or (?L:)).
+        #: Whether \b, \W and classes mean what marked() marks here (not under a scoped (?a:), where
+        #: "ı" is no word character though it folds to "i", nor (?w:) or (?L:)).
         self.bounds = True
 
     def peek(self, k: int = 0) -> str:
@@ -339,7 +346,7 @@ class _Reader:
         if c == "(":
             return self.group()
         if c == "[":
-            return _EDGE_CLASS if self.char_class() else _ANY
+            return _EDGE_CLASS if self.char_class() and self.bounds else _ANY
         if c == ".":
             self.i += 1
             return _ANY
@@ -364,7 +371,7 @@ class _Reader:
         if c in _ZERO_WIDTH_ESCAPES:
             return _EMPTY
         if c in "sW":
-            return _EDGE_CLASS
+            return _EDGE_CLASS if self.bounds else _ANY
         if c in _CLASS_ESCAPES:
             return _ANY
         if c in "pP":
@@ -469,7 +476,7 @@ class _Reader:
                 if j >= len(self.p) or self.p[j] != ":" or "x" in flags.lower() or "V" in flags:
                     raise _Unknown("(?" + flags)
                 self.i = j + 1
-                if "w" in flags or "L" in flags:  # another meaning of a word boundary inside
+                if any(f in flags for f in "awL"):  # another meaning of word characters inside
                     bounds, self.bounds = self.bounds, False
                     try:
                         return self._group_body(lookaround)
@@ -496,14 +503,26 @@ def _never_word(members: str) -> bool:
         c = members[i]
         if c == "\\":
             escaped = members[i + 1 : i + 2]
-            if not escaped or (escaped.isalnum() and escaped not in "sWtnrfv"):
+            if escaped not in ("s", "W", "t", "n", "r", "f", "v") and not _never_word_char(escaped):
                 return False
             i += 2
             continue
-        if c == "-" and 0 < i < len(members) - 1 or c.isalnum() or c == "_" or c == "[":
+        if c == "-" and 0 < i < len(members) - 1 or c == "[" or not _never_word_char(c):
             return False
         i += 1
     return True
+
+
+def _never_word_char(c: str) -> bool:
+    """Whether ``c`` is surely no word character, and matches none case-insensitively: ASCII
+    punctuation and space, or a character Python's Unicode data calls punctuation, a space or a
+    symbol whose folded form holds no ASCII letter or digit (the regex module may know a newer
+    Unicode: a character Python has no category for might be a letter to it)."""
+    if len(c) != 1:
+        return False
+    if c.isascii():
+        return not (c.isalnum() or c == "_")
+    return unicodedata.category(c)[0] in "PZS" and not any(map(_ascii_word, fold(c)))
 
 
 def _literal(c: str) -> _Info:
@@ -524,6 +543,8 @@ def needles(pattern: str, *, most: int = 2) -> tuple[frozenset[str], ...]:
         info = reader.alternation()
         if reader.i != len(pattern):
             return ()  # an unbalanced ")"
+        return _all_needs(info)[:most]
     except (_Unknown, RecursionError):
         return ()
-    return _all_needs(info)[:most]
+    finally:
+        _useful.cache_clear()  # it serves one reading: kept, it would hold every set a rule file made

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import defaults, process
+from . import defaults
 from .breaker import CircuitBreaker
 from .userstate import EMPTY, UserState, forget_marker
 
@@ -71,7 +71,7 @@ class Outbox:
 
     def _connect(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != process.pid():
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
             conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
                                    isolation_level=None, check_same_thread=False)
             conn.execute("pragma journal_mode=wal")
@@ -79,7 +79,7 @@ class Outbox:
             # like a job in Redis, only a crash of the machine itself can lose the last ones.
             conn.execute("pragma synchronous=normal")
             conn.execute("pragma secure_delete=on")
-            self._local.conn, self._local.pid = conn, process.pid()
+            self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
     def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
@@ -351,14 +351,14 @@ class ResilientBackend:
 
     def _ensure_drainer(self) -> None:
         """A drain thread in this process (again after a fork: threads do not survive one)."""
-        if self._thread_pid == process.pid() and self._thread.is_alive():  # (set together)
+        if self._thread_pid == os.getpid() and self._thread.is_alive():  # (set together)
             return
         with self._start_lock:
-            if self._thread is None or self._thread_pid != process.pid() or not self._thread.is_alive():
+            if self._thread is None or self._thread_pid != os.getpid() or not self._thread.is_alive():
                 # The thread holds the backend weakly: it ends when the backend is dropped or closed.
                 self._thread = threading.Thread(target=_drain_loop, args=(weakref.ref(self),),
                                                 name="memo-mw-outbox", daemon=True)
-                self._thread_pid = process.pid()
+                self._thread_pid = os.getpid()
                 self._thread.start()
 
     def close(self) -> None:
@@ -369,7 +369,7 @@ class ResilientBackend:
                 log.exception("memo-mw: could not send the outbox before closing; its rows wait in the file")
         self._stop.set()
         self._wake.set()
-        if self._thread is not None and self._thread_pid == process.pid():
+        if self._thread is not None and self._thread_pid == os.getpid():
             self._thread.join(timeout=5)
         self.outbox.close()
         self.backend.close()
@@ -466,7 +466,7 @@ class _GuardedState:
 
     def read(self, user_id: str) -> UserState:
         inner = self._backend.backend.state
-        if self._backend._thread_pid != process.pid():  # a fork since (enqueue also checks it lives)
+        if self._backend._thread_pid != os.getpid():  # a fork since (enqueue also checks it lives)
             self._backend._ensure_drainer()
         # The outbox first, then Redis: a row the thread sends in between is in one or the other
         # (the thread drops this process's copy of the user's state before it deletes the row).

@@ -22,7 +22,6 @@ from .text import nfkc, stem, tokens
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
 _ASCII_WORDS = re.compile(r"[a-z0-9]+")  # _WORDS on case-folded ASCII text, in the faster engine
 _NO_TOPICS: frozenset[str] = frozenset()
-_ONE_WORD = re.compile(r"[a-z0-9][a-z0-9']*")  # a word as recall's tokens() finds it ("k-pop" is two)
 
 
 class TopicTagger:
@@ -31,12 +30,12 @@ class TopicTagger:
         phrases: dict[str, set[str]] = {}
         for topic, words in lexicons.items():
             for word in words:
-                if word.isascii() and _ONE_WORD.fullmatch(word.casefold()):  # one of tokens()' words
+                if word.isascii() and " " not in word:
                     self._by_stem.setdefault(stem(word), set()).add(topic)
                 else:
                     phrases.setdefault(word, set()).add(topic)
         self._phrase_topics = phrases  # read by memo_mw.index (topic_expansion)
-        # English phrases match as a run of whole words ("ice cream", "k-pop": ("k", "pop")),
+        # English phrases match as a run of whole words ("ice cream": ("ice", "cream"), "eat out"),
         # looked up by their first word; others (Chinese) as substrings, longest first at each
         # place, so "乌龙茶" wins over "茶" where both are listed. Lookups, not one big
         # alternation: a message is tagged in microseconds whatever the size of the lexicons.
@@ -55,8 +54,8 @@ class TopicTagger:
         self._lengths = sorted({len(p) for p in self._substrings}, reverse=True)
         self._stems = frozenset(self._by_stem)
         # Each phrase's first two words: a text holding none of these pairs holds no phrase, which
-        # one set intersection (in C) says. A one-word phrase ("k-pop" is two) has no pair: then
-        # every place is looked at.
+        # one set intersection (in C) says. A phrase of one word (an entry like "x !") has no
+        # pair: then every place is looked at.
         self._pairs = frozenset((entry[0][0], entry[0][1]) for entries in self._word_phrases.values()
                                 for entry in entries if len(entry[0]) > 1)
         self._single = any(len(entry[0]) == 1 for entries in self._word_phrases.values() for entry in entries)

@@ -69,6 +69,6 @@ def test_phrase_pairs_screen_out_only_texts_without_a_phrase(sample):
 
 
 def test_one_word_phrases_are_looked_for_everywhere():
-    tagger = TopicTagger({"music": ("k-pop",), "food": ("ice cream",), "odd": ("x !",)})
+    tagger = TopicTagger({"food": ("ice cream",), "odd": ("x !",)})
     assert tagger._single  # "x !" is one word: no pair to screen by
-    assert tagger.tag("I love K-Pop and ice cream, x") == {"music", "food", "odd"}
+    assert tagger.tag("I love ice cream, x") == {"food", "odd"}

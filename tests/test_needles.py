@@ -37,6 +37,11 @@ def test_word_edges_are_kept_where_the_pattern_has_them():
     assert sets(r"\bcafé\b") == [{"|caf|é"}]  # no edge is looked for next to a non-ASCII letter
     assert sets(r"(?w:\bown\b)") == [{"own"}]  # another meaning of \b
     assert sets(r"\b\?") == [{"?"}]
+    # Where ASCII word characters are other ones, or may be: no edge.
+    assert sets(r"(?a:\bown\W)") == [{"own"}]  # under (?a:) "ı" is no word character, yet folds to "i"
+    assert sets(r"own[\_]") == [{"own"}]  # "_" is one
+    assert sets(r"own[\U0001df95]") == [{"own"}]  # a letter to the regex module, unknown to Python's Unicode
+    assert sets(r"own[，。]") == [{"own|"}]  # CJK punctuation is not
 
 
 def test_marked_texts_mark_every_edge_of_an_ascii_word():
@@ -119,7 +124,7 @@ def test_fold_agrees_with_the_regex_modules_case_insensitive_matching():
 _PIECES = st.sampled_from(["a", "b", "A", "B", "i", "I", "ı", "İ", "ß", "ss", "k", "K", "ſ", "我", "喜欢", " ",
                            "like", "LIKE", r"\.", ".", r"\s", r"\w", r"\b", "[ab]", "[^a]", "^", "$", r"\d",
                            "(?#c)", "{", "}", "{2, 3}", "{ 2}", r"\W", "[,.]", "[ ,]", r"[\s']", "[a,]", "[!-/]",
-                           "_", "'", "é", "1", r"\x00", r"\n"])
+                           "_", "'", "é", "1", r"\x00", r"\n", r"[\_]", "[\U0001df95]", "[，]", "，"])
 
 
 def _pattern(children):
@@ -140,7 +145,8 @@ def _pattern(children):
 PATTERNS = st.recursive(_PIECES, _pattern, max_leaves=8)
 TEXTS = st.lists(st.sampled_from(["a", "b", "A", "B", "i", "I", "ı", "İ", "ß", "ẞ", "SS", "s", "k", "K", "K", "ſ",
                                   "我", "喜欢", "喜", " ", ".", "like", "LiKe", "1", "x", "{", "}", "{2, 3}", "{ 2}",
-                                  ",", "_", "'", "é", "e\u0301", "\u0301", "\x00", "\n", "！", "ǅ"]),
+                                  ",", "_", "'", "é", "e\u0301", "\u0301", "\x00", "\n", "！", "ǅ", "\U0001df95",
+                                  "，"]),
                          max_size=12).map("".join)
 
 
@@ -188,6 +194,8 @@ def test_screening_changes_no_funnel_result():
     messages = sentences + [" ".join(sentences[i:i + 3]) for i in range(0, len(sentences), 3)] + [
         "what's the weather like in Paris today?", "Um, I like jazz. Forget that I play tennis.",
         "我觉得吧，我喜欢爵士乐", "ok so I LIKE hiking", "İ LİKE SUSHİ", "I ᴸike nothing",
+        "From now on, answer in plain text", "From now on, keep it to the point",  # `requires` words of two
+        "from now on keep answers to at most three lines",
         "to be 其实honest, I like green tea"]  # a filler's removal makes the next filler's needles
     for message in messages:
         a, b = screened.process(message), plain.process(message)
