@@ -15,7 +15,7 @@ from typing import Any
 MAX_ID_CHARS = 256
 
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     """What the middleware needs from a request body."""
 

@@ -78,7 +78,7 @@ def _scripts(sentence: str) -> frozenset[str]:
     return frozenset(("han",) * han + ("latin",) * latin)
 
 
-@dataclass
+@dataclass(slots=True)
 class Candidate:
     """One memory the funnel wants stored: plain values only, so it travels as JSON."""
 
@@ -97,7 +97,7 @@ class Candidate:
         return asdict(self)
 
 
-@dataclass
+@dataclass(slots=True)
 class FunnelResult:
     """Where a message stopped, what it produced, and the trace through each gate."""
 
@@ -112,7 +112,7 @@ class FunnelResult:
         return self.stage == "captured"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Hit:
     sentence: str
     trigger: Trigger
