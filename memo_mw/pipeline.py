@@ -20,7 +20,7 @@ from .memcache import MemoryCache, RankedMemories, UserMemories
 from .recall import RecallConfig, score
 from .store import Store
 from .userstate import EMPTY, UserState, forgotten
-from .text import normalize, stable_id, tokens
+from .text import normalize, stable_id
 
 
 
@@ -218,7 +218,7 @@ class Recaller:
         else:
             # Only what shares a token or topic with the message can score (and style,
             # confirmations), and a pending statement meets only the memories on its own slot.
-            memories, max_hits = entry.candidates(tokens(message), tag(message), pending_keys), entry.max_hits
+            memories, max_hits = entry.candidates(*self.funnel.topics.analyse(message), pending_keys), entry.max_hits
             if not memories and not state.pending:
                 return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,

@@ -81,14 +81,22 @@ def _word_token(word: str) -> str | None:
 def tokens(text: str) -> frozenset[str]:
     """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams.
 
-    Cached: recall tokenises the same memory lines on every request.
+    Cached (a few thousand texts): memory lines are tokenised again as long as they are used.
     """
     text = nfkc(text).casefold()
-    if text.isascii():  # no CJK, and the words found as _any_tokens() finds them
-        out = set(map(_word_token, _ASCII_WORD.findall(text)))
-        out.discard(None)
-        return frozenset(out)
+    if text.isascii():
+        return ascii_tokens(text)[0]
     return _any_tokens(text)
+
+
+def ascii_tokens(folded: str) -> tuple[frozenset[str], list[str]]:
+    """tokens() of a case-folded ASCII text (no CJK, the words found as _any_tokens() finds them),
+    and its words: the runs of letters and digits when it holds no apostrophe (else None), which
+    is what the topic tagger reads too."""
+    words = _ASCII_WORD.findall(folded)
+    out = set(map(_word_token, words))
+    out.discard(None)
+    return frozenset(out), (words if "'" not in folded else None)
 
 
 def _any_tokens(folded: str) -> frozenset[str]:

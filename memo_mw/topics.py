@@ -16,7 +16,7 @@ import re
 
 import regex
 
-from .text import nfkc, stem, tokens
+from .text import ascii_tokens, nfkc, stem, tokens
 
 
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
@@ -59,14 +59,25 @@ class TopicTagger:
         self._pairs = frozenset((entry[0][0], entry[0][1]) for entries in self._word_phrases.values()
                                 for entry in entries if len(entry[0]) > 1)
         self._single = any(len(entry[0]) == 1 for entries in self._word_phrases.values() for entry in entries)
-        self.tag = functools.lru_cache(maxsize=4096)(self._tag)
+        #: ``analyse(text)``: the text's tokens (memo_mw.text.tokens) and topics, found together
+        #: (a message is read once for both: its counts and recall each ask).
+        self.analyse = functools.lru_cache(maxsize=4096)(self._analyse)
 
-    def _tag(self, text: str) -> frozenset[str]:
-        stems = self._stems.intersection(tokens(text))  # the few words with a topic, in C
-        found: set[str] = set().union(*map(self._by_stem.__getitem__, stems)) if stems else set()
+    def tag(self, text: str) -> frozenset[str]:
+        """The topics of ``text``."""
+        return self.analyse(text)[1]
+
+    def _analyse(self, text: str) -> tuple[frozenset[str], frozenset[str]]:
         folded = nfkc(text).casefold()
+        if folded.isascii():
+            text_tokens, words = ascii_tokens(folded)
+        else:
+            text_tokens, words = tokens(text), None
+        stems = self._stems.intersection(text_tokens)  # the few words with a topic, in C
+        found: set[str] = set().union(*map(self._by_stem.__getitem__, stems)) if stems else set()
         if self._word_phrases:
-            words = _ASCII_WORDS.findall(folded) if folded.isascii() else _WORDS.findall(folded, concurrent=False)
+            if words is None:
+                words = _ASCII_WORDS.findall(folded) if folded.isascii() else _WORDS.findall(folded, concurrent=False)
             if self._single or not self._pairs.isdisjoint(zip(words, words[1:])):
                 for i, word in enumerate(words):
                     for phrase, topics in self._word_phrases.get(word, ()):
@@ -84,4 +95,4 @@ class TopicTagger:
                         break
                 else:
                     i += 1
-        return frozenset(found) if found else _NO_TOPICS
+        return text_tokens, (frozenset(found) if found else _NO_TOPICS)

@@ -48,7 +48,7 @@ def test_one_sentence_shortcut_splits_as_the_pattern_does(sample):
 
 def _tag_everywhere(tagger: TopicTagger, sample: str) -> frozenset[str]:
     """The tagger's phrase lookup at every place, with no pair screen (how it worked before)."""
-    found = set(tagger._tag(sample))
+    found = set(tagger._analyse(sample)[1])
     folded = text.nfkc(sample).casefold()
     words = regex.findall(r"[\p{L}\p{N}]+", folded)
     for i, word in enumerate(words):
@@ -65,7 +65,13 @@ TAGGER = Funnel(load_rules()).topics
 @SETTINGS
 @given(TEXTS)
 def test_phrase_pairs_screen_out_only_texts_without_a_phrase(sample):
-    assert TAGGER._tag(sample) == _tag_everywhere(TAGGER, sample)
+    assert TAGGER._analyse(sample)[1] == _tag_everywhere(TAGGER, sample)
+
+
+@SETTINGS
+@given(TEXTS)
+def test_the_taggers_tokens_are_recalls_tokens(sample):
+    assert TAGGER._analyse(sample)[0] == text.tokens.__wrapped__(sample)
 
 
 def test_one_word_phrases_are_looked_for_everywhere():
