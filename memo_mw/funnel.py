@@ -165,8 +165,8 @@ class Funnel:
             self._unscreened[id(rule_file)] = tuple(unscreened)
         # The triggers' needles over the whole message: a message with none of them triggers
         # nothing, whatever its sentences (None: some trigger has no needles, always look).
-        self._any_trigger = self._trigger_screen()
         self._after = self._after_first()
+        self._any_trigger = None if any(self._unscreened.values()) else frozenset(self._after)
         # The gate lists each stage reads, sorted by scope once rather than per message.
         by_scope = lambda gates, scope: [g for g in gates if g.scope == scope]  # noqa: E731
         self._negative_message = by_scope(rules.gates("negative"), "message")
@@ -175,13 +175,12 @@ class Funnel:
         self._sensitive_sentence = by_scope(rules.gates("sensitive"), "sentence")
         # As for triggers: a Chinese forget pattern cannot match a message with no Chinese character.
         script_of = {id(g): _SCRIPT_OF.get(f.language) for f in rules.files for g in f.forget}
-        self._forget = [(g, script_of.get(id(g)), self._screen.sets(id(g))) for g in rules.gates("forget")]
         # By the scripts of a text: the forget gates that may apply, and the needles one of which
         # any text they can match holds.
         self._forget_for = {}
         for scripts in (_NO_SCRIPT, _LATIN_ONLY, frozenset({"han"}), frozenset({"han", "latin"})):
-            gates = [entry for entry in self._forget if entry[1] is None or entry[1] in scripts]
-            self._forget_for[scripts] = (gates, self._firsts(id(entry[0]) for entry in gates))
+            gates = [g for g in rules.gates("forget") if script_of.get(id(g)) in (None, *scripts)]
+            self._forget_for[scripts] = (gates, self._firsts(id(g) for g in gates))
         self._recall_all = rules.gates("recall_all")
         self._any_recall_all = self._firsts(id(g) for g in self._recall_all)
 
@@ -190,12 +189,6 @@ class Funnel:
         none of the patterns (None: some pattern has no needles)."""
         firsts = [self._screen.sets(key) for key in keys]
         return frozenset().union(*(sets[0] for sets in firsts)) if all(firsts) else None
-
-    def _trigger_screen(self) -> frozenset[str] | None:
-        """Needles one of which any message some trigger can match holds (None: not known)."""
-        if any(self._unscreened.values()):
-            return None
-        return frozenset().union(*(by_needle.keys() for by_needle in self._by_needle.values()))
 
     def _after_first(self) -> dict[str, tuple[bool, frozenset[str], tuple[tuple[frozenset[str], ...], ...]]]:
         """For each needle of some trigger's first set, what else those triggers need: (whether one
@@ -382,10 +375,8 @@ class Funnel:
         gates, firsts = self._forget_for[_scripts(text)]
         if firsts is not None and firsts.isdisjoint(present):
             return None  # the usual case: none of the needles
-        for gate, _, sets in gates:
-            if any(map(present.isdisjoint, sets)):
-                continue  # the screen rules it out
-            match = self._search(gate, text)
+        for gate in gates:
+            match = self._search(gate, text, present)
             if match is None:
                 continue
             if gate.scope == "all":

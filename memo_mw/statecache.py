@@ -98,7 +98,6 @@ class CachedUserState:
             self._generation[user_id] = next(self._changes)
             self._cache.pop(user_id, None)
 
-
     # -- writes: through to Redis (which publishes), and dropped here at once ---------------
 
     def __getattr__(self, name: str) -> Any:
