@@ -91,56 +91,54 @@ class Recaller:
         """
         config = config or self.config
         recall_all = self.funnel.is_recall_all(message)
-        known = self._known_now(user_id)
-        if known is not None and self.cache is not None:  # the usual case: no SQLite read at all
-            entry = self.cache.get(user_id, known[0])
-            if entry is not None and entry.touched == known[1]:
-                self._note_version(user_id, known[0])
-                return self._from_cache(entry, message, now=now, state=state, config=config, recall_all=recall_all)
+        lease = _Lease(self._pool, self.db)  # a connection only if something must be read
         try:
-            store = self._pool.get_nowait()
-        except queue.Empty:
-            store = Store(self.db, readonly=True)
-        try:
-            cached = self._cached(store, user_id)
+            cached = self._cached(lease, user_id)
             if cached is not None:
-                self._pool.put(store)
-                return self._from_cache(cached, message, now=now, state=state, config=config, recall_all=recall_all)
-            chosen = None
-            if self.indexed and queries.active_count(store, user_id) > self.index_min and queries.has_index(store):
-                self.stats["indexed"] += 1
-                pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
-                chosen = index.recall(store, user_id, message, now=now, config=config, recall_all=recall_all,
-                                      tagger=self.funnel.topics, pending_keys=pending_keys,
-                                      candidates=self.index_candidates,
-                                      visible=lambda rows: visible(rows, state))
+                chosen = self._from_cache(cached, message, now=now, state=state, config=config,
+                                          recall_all=recall_all)
+            else:
+                chosen = None
+                store = lease.store
+                if self.indexed and queries.active_count(store, user_id) > self.index_min and \
+                        queries.has_index(store):
+                    self.stats["indexed"] += 1
+                    pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])}
+                    chosen = index.recall(store, user_id, message, now=now, config=config, recall_all=recall_all,
+                                          tagger=self.funnel.topics, pending_keys=pending_keys,
+                                          candidates=self.index_candidates,
+                                          visible=lambda rows: visible(rows, state))
+                    if chosen is None:
+                        self.stats["fallback"] += 1
                 if chosen is None:
-                    self.stats["fallback"] += 1
-            if chosen is None:
-                chosen = score(visible(store.recall_candidates(user_id), state), message, now=now,
-                               config=config, recall_all=recall_all, topics=self.funnel.topics.tag)
+                    chosen = score(visible(store.recall_candidates(user_id), state), message, now=now,
+                                   config=config, recall_all=recall_all, topics=self.funnel.topics.tag)
         except BaseException:
-            store.close()  # a connection that failed is not put back
+            lease.close()  # a connection that failed is not put back
             raise
-        self._pool.put(store)
+        lease.release()
         return chosen
 
-    def _cached(self, store: Store, user_id: str) -> UserMemories | RankedMemories | None:
+    def _cached(self, lease: "_Lease", user_id: str) -> UserMemories | RankedMemories | None:
         """The user's memories from the cache (loaded into it when missing or changed), or None
-        when the user has too many to cache (or the cache is off, or the database predates it)."""
+        when the user has too many to cache (or the cache is off, or the database predates it).
+        A user whose version is known and whose copy is current costs no read (the usual case)."""
         if self.cache is None:
             return None
         try:
-            version, touched = self._known_versions(store, user_id)
+            version, touched = self._known_versions(lease, user_id)
         except sqlite3.OperationalError:  # a database older than user_versions, opened read-only
             return None
-        self._note_version(user_id, version)
+        if len(self.versions) >= _VERSIONS_KEPT:
+            self.versions.clear()
+        self.versions[user_id] = version  # for the insights read next (ProfileReader)
         entry = self.cache.get(user_id, version)
         if entry is not None and entry.touched != touched:
             # Only recall counts changed (hits, last_accessed): a large user's copy takes them in
             # (one narrow read); a small one is loaded again, which costs about the same.
-            entry = self._retouched(store, user_id, entry) if isinstance(entry, RankedMemories) else None
+            entry = self._retouched(lease.store, user_id, entry) if isinstance(entry, RankedMemories) else None
         if entry is None:
+            store = lease.store
             count = queries.active_count(store, user_id)
             if count > self.cache.max_user:
                 return None
@@ -159,29 +157,15 @@ class Recaller:
             self.cache.put(user_id, entry)
         return entry
 
-    def _note_version(self, user_id: str, version: int | None) -> None:
-        if len(self.versions) >= _VERSIONS_KEPT:
-            self.versions.clear()
-        self.versions[user_id] = version  # for the insights read next (ProfileReader)
-
-    def _known_now(self, user_id: str) -> tuple[int | None, int] | None:
-        """The user's version and touched as last read, while nothing said the user changed
-        (``changes``, the user-state listener) and for at most VERSION_MAX_AGE; else None."""
-        if self.changes is None:
-            return None
-        known = self._known.get(user_id)
-        if known is None or known[0] != self.changes.stamp(user_id) or \
-                time.monotonic() - known[1] >= defaults.RECALL_VERSION_MAX_AGE:
-            return None
-        return known[2]
-
-    def _known_versions(self, store: Store, user_id: str) -> tuple[int | None, int]:
-        """The user's version and touched: as last read (_known_now), or from SQLite."""
-        known = self._known_now(user_id)
-        if known is not None:
-            return known
+    def _known_versions(self, lease: "_Lease", user_id: str) -> tuple[int | None, int]:
+        """The user's version and touched: from SQLite, or as last read while nothing said the
+        user changed (``changes``, the user-state listener) and for at most VERSION_MAX_AGE."""
         stamp = self.changes.stamp(user_id) if self.changes is not None else None
-        versions = _versions(store, user_id)  # read after the stamp: a change meanwhile moves it
+        if stamp is not None:
+            known = self._known.get(user_id)
+            if known is not None and known[0] == stamp and time.monotonic() - known[1] < defaults.RECALL_VERSION_MAX_AGE:
+                return known[2]
+        versions = _versions(lease.store, user_id)  # read after the stamp: a change meanwhile moves it
         if stamp is not None:
             if len(self._known) >= _VERSIONS_KEPT:
                 self._known.clear()
@@ -223,6 +207,32 @@ class Recaller:
                 return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
                      topics=tag, max_hits=max_hits, features=entry.features)
+
+
+class _Lease:
+    """One of the pool's read-only connections, taken the first time it is asked for."""
+
+    __slots__ = ("_pool", "_db", "_store")
+
+    def __init__(self, pool: queue.SimpleQueue, db: str):
+        self._pool, self._db, self._store = pool, db, None
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            try:
+                self._store = self._pool.get_nowait()
+            except queue.Empty:
+                self._store = Store(self._db, readonly=True)
+        return self._store
+
+    def release(self) -> None:
+        if self._store is not None:
+            self._pool.put(self._store)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
 
 
 #: Users whose last-read version is kept for the insights read; beyond it, start over.
