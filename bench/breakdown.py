@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.perf import call, chat_app, pct, seed_memories  # noqa: E402
+from bench.perf import call, chat_app, pct, seed_memories, timing  # noqa: E402
 from memo_mw import MemoryMiddleware  # noqa: E402
 from tests.loadgen import word  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
@@ -41,15 +41,9 @@ STEPS = [
 
 
 def timed(owner, name, spent, label):
-    method = getattr(owner, name)
-
-    def wrapper(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return method(*args, **kwargs)
-        finally:
-            spent[label] += time.perf_counter() - started
-    setattr(owner, name, wrapper)
+    def add(seconds):
+        spent[label] += seconds
+    timing(owner, name, add)
 
 
 def main() -> int:

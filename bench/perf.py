@@ -101,6 +101,19 @@ def call(app, body, user="u"):
         close()
 
 
+def timing(owner, name, add):
+    """Replace ``owner.name`` by a wrapper that calls it and passes the seconds it took to ``add``."""
+    method = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            add(time.perf_counter() - started)
+    setattr(owner, name, wrapper)
+
+
 def timed(fn, n, warm=200):
     for _ in range(warm):
         fn()
@@ -245,20 +258,12 @@ def bench_captured(server, folder, n):
     seed_memories(middleware)
     spent = []
 
-    def timing(obj, name):
-        method = getattr(obj, name)
-
-        def wrapper(*args, **kwargs):
-            started = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                spent[-1] += time.perf_counter() - started
-        setattr(obj, name, wrapper)
+    def add(seconds):
+        spent[-1] += seconds
 
     # The hand-off: everything the request does to get the memory queued (and visible as pending).
-    timing(middleware, "_enqueue")
-    timing(middleware, "_state_call")
+    timing(middleware, "_enqueue", add)
+    timing(middleware, "_state_call", add)
     counter = iter(range(10**9))
 
     def captured():  # a new statement each time, from 200 users in turn (as many users chatting)
