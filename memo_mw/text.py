@@ -89,7 +89,7 @@ def tokens(text: str) -> frozenset[str]:
     return _any_tokens(text)
 
 
-def ascii_tokens(folded: str) -> tuple[frozenset[str], list[str]]:
+def ascii_tokens(folded: str) -> tuple[frozenset[str], list[str] | None]:
     """tokens() of a case-folded ASCII text (no CJK, the words found as _any_tokens() finds them),
     and its words: the runs of letters and digits when it holds no apostrophe (else None), which
     is what the topic tagger reads too."""
