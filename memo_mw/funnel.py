@@ -20,7 +20,7 @@ import regex
 
 from . import defaults
 from .needles import Screen, fold, needles
-from .privacy import mask_pii
+from .privacy import PII_HINTS, mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
 from .text import memory_key, nfkc
 from .topics import TopicTagger
@@ -68,6 +68,7 @@ def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
 
 
 _NO_SCRIPT, _LATIN_ONLY = frozenset(), frozenset({"latin"})
+_PII = "pii hints"  # the screen's key for memo_mw.privacy.PII_HINTS
 
 
 def _scripts(sentence: str) -> frozenset[str]:
@@ -181,8 +182,12 @@ class Funnel:
         for scripts in (_NO_SCRIPT, _LATIN_ONLY, frozenset({"han"}), frozenset({"han", "latin"})):
             gates = [g for g in rules.gates("forget") if script_of.get(id(g)) in (None, *scripts)]
             self._forget_for[scripts] = (gates, self._firsts(id(g) for g in gates))
+        self._any_forget = self._firsts(id(g) for g in rules.gates("forget"))
         self._recall_all = rules.gates("recall_all")
         self._any_recall_all = self._firsts(id(g) for g in self._recall_all)
+        # What PII masking looks for, screened with the rest: most messages need no mask looked at.
+        hints = self._screen.add(_PII, [frozenset(map(fold, PII_HINTS))])
+        self._pii_hints = hints[0] if hints else None
 
     def _firsts(self, keys) -> frozenset[str] | None:
         """The first needle sets of these patterns, joined: a text with none of them is matched by
@@ -276,7 +281,7 @@ class Funnel:
                     present = self._screen.present(cleaned)
                 text = cleaned
         # Runs of spaces become one; line breaks stay, as they end sentences.
-        if text.isascii() and "  " not in text and _ASCII_BLANKS.search(text) is None:
+        if text.isascii() and "  " not in text and (text.isprintable() or _ASCII_BLANKS.search(text) is None):
             cleaned = text.strip()  # nothing for _BLANKS to do
         else:
             cleaned = _BLANKS.sub(" ", text, concurrent=False).strip()
@@ -292,7 +297,8 @@ class Funnel:
         """Run one user message through every stage."""
         cleaned, present = self._clean(message or "")
         # PII is masked first, so no capture can cut an address in half and keep a piece.
-        text = mask_pii(cleaned)
+        pii = present is None or self._pii_hints is None or not self._pii_hints.isdisjoint(present)
+        text = mask_pii(cleaned) if pii else cleaned
         trace: list[tuple[str, str]] = []
         if not text:
             return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
@@ -372,6 +378,8 @@ class Funnel:
         return passed
 
     def _forget_request(self, text: str, present: frozenset[str]) -> tuple[Gate, str | None] | None:
+        if self._any_forget is not None and self._any_forget.isdisjoint(present):
+            return None  # the usual case: none of the needles, whatever the scripts
         gates, firsts = self._forget_for[_scripts(text)]
         if firsts is not None and firsts.isdisjoint(present):
             return None  # the usual case: none of the needles

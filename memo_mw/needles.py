@@ -215,12 +215,31 @@ def _rank(strings: frozenset[str]) -> tuple[int, int]:
 
 
 def _needs(*sets: frozenset[str] | None) -> tuple[frozenset[str], ...]:
-    found = {u for u in map(_useful, sets) if u is not None}
-    return tuple(sorted(found, key=_rank, reverse=True))
+    found = sorted({u for u in map(_useful, sets) if u is not None}, key=_rank, reverse=True)
+    # A set whose every needle holds one of a later set's makes that one say nothing more.
+    return tuple(s for i, s in enumerate(found) if not any(_implies(t, s) for t in found[:i]))
+
+
+def _implies(strong: frozenset[str], weak: frozenset[str]) -> bool:
+    """Whether every string of ``strong`` holds one of ``weak`` (a text with the first has the second)."""
+    return len(strong) * len(weak) <= MAX_STRINGS and all(any(w in s for w in weak) for s in strong)
 
 
 def _all_needs(info: _Info) -> tuple[frozenset[str], ...]:
     return _needs(*info.needs, info.exact)
+
+
+def _known(strings: frozenset[str] | None) -> frozenset[str] | None:
+    """First or last strings that say something: None for none, or for one that may be empty."""
+    return None if not strings or "" in strings else strings
+
+
+def _union_of(sets: list[frozenset[str] | None]) -> frozenset[str] | None:
+    """The strings of all these sets, when each is known and together they are not too many."""
+    if any(s is None for s in sets):
+        return None
+    union = frozenset().union(*sets)
+    return _known(union) if len(union) <= MAX_STRINGS else None
 
 
 def _product(a: frozenset[str], b: frozenset[str]) -> frozenset[str] | None:
@@ -261,12 +280,17 @@ class _Reader:
         if all(options):
             needs.append(frozenset().union(*(o[0] for o in options)))
             needs.append(frozenset().union(*(min(o, key=len) for o in options)))
-        return _Info(exact, _needs(*needs))
+        # A match starts as its branch's matches start: with one of the branches' first strings
+        # (so "\b(?:um+|ah)" needs a word edge before "um" or "ah"); so for the ends.
+        head = _union_of([b.exact if b.exact is not None else b.head for b in branches])
+        tail = _union_of([b.exact if b.exact is not None else b.tail for b in branches])
+        return _Info(exact, _needs(*needs, head, tail), head=head, tail=tail)
 
     def sequence(self) -> _Info:
         run: frozenset[str] = frozenset({""})  # the exact strings of the items since the last break
         found: list[frozenset[str]] = []
         whole = True  # every item so far exact: the run is the sequence's exact set
+        head: frozenset[str] | None = None  # what every match starts with, once the first run ends
         while self.i < len(self.p) and self.peek() not in "|)":
             item = self.quantified()
             if item.exact is not None:
@@ -275,12 +299,20 @@ class _Reader:
                     run = joined
                     continue
                 found.append(run)  # too many: keep what the run had, start again from this item
+                if whole:
+                    head = run
                 run = item.exact
             else:  # the run ends here, or with the item's first strings ("u" then "m+": "um")
-                found += [(_product(run, item.head) if item.head else None) or run, *item.needs]
+                found.append((_product(run, item.head) if item.head else None) or run)
+                if whole:
+                    head = found[-1]
+                found += item.needs
                 run = item.tail or frozenset({""})
             whole = False
-        return _Info(run if whole else None, _needs(*found, run))
+        if whole:
+            return _Info(run, _needs(run))
+        # Every match ends with the run since the last break (the item's last strings, then exact ones).
+        return _Info(None, _needs(*found, run), head=_known(head), tail=_known(run))
 
     def quantified(self) -> _Info:
         atom = self.atom()

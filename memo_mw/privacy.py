@@ -319,6 +319,11 @@ _CASED_HINTS = tuple(h for h in _TOKEN_HINTS if h != "_")
 _LOWER_WORDS = (*_PASSWORD_WORDS, "bearer")
 
 
+#: A text holding none of these strings, compared case-insensitively, is one mask_pii() returns
+#: as it is (a caller that has searched the text for them already can skip the call).
+PII_HINTS = frozenset((*"0123456789@＠_", *_CASED_HINTS, *_LOWER_WORDS))
+
+
 def mask_pii(text: str) -> str:
     """``text`` with passwords, secrets, e-mails, ID/card and phone numbers replaced by placeholders."""
     if _CLASS_HINT.search(text) is None and not any(map(text.__contains__, _CASED_HINTS)) \

@@ -89,14 +89,14 @@ def tokens(text: str) -> frozenset[str]:
     return _any_tokens(text)
 
 
-def ascii_tokens(folded: str) -> tuple[frozenset[str], list[str] | None]:
+def ascii_tokens(folded: str) -> tuple[frozenset[str], list[str]]:
     """tokens() of a case-folded ASCII text (no CJK, the words found as _any_tokens() finds them),
-    and its words: the runs of letters and digits when it holds no apostrophe (else None), which
-    is what the topic tagger reads too."""
+    and those words (runs of letters, digits and apostrophes, from a letter or digit on: split at
+    the apostrophes, the runs of letters and digits that the topic tagger reads)."""
     words = _ASCII_WORD.findall(folded)
     out = set(map(_word_token, words))
     out.discard(None)
-    return frozenset(out), (words if "'" not in folded else None)
+    return frozenset(out), words
 
 
 def _any_tokens(folded: str) -> frozenset[str]:

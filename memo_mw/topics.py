@@ -12,7 +12,6 @@ English phrase matches as a phrase.
 from __future__ import annotations
 
 import functools
-import re
 
 import regex
 
@@ -20,7 +19,6 @@ from .text import ascii_tokens, nfkc, stem, tokens
 
 
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
-_ASCII_WORDS = re.compile(r"[a-z0-9]+")  # _WORDS on case-folded ASCII text, in the faster engine
 _NO_TOPICS: frozenset[str] = frozenset()
 
 
@@ -58,6 +56,7 @@ class TopicTagger:
         # pair: then every place is looked at.
         self._pairs = frozenset((entry[0][0], entry[0][1]) for entries in self._word_phrases.values()
                                 for entry in entries if len(entry[0]) > 1)
+        self._firsts = frozenset(self._word_phrases)  # and the first words alone, looked for first
         self._single = any(len(entry[0]) == 1 for entries in self._word_phrases.values() for entry in entries)
         #: ``analyse(text)``: the text's tokens (memo_mw.text.tokens) and topics, found together
         #: (a message is read once for both: its counts and recall each ask).
@@ -69,16 +68,19 @@ class TopicTagger:
 
     def _analyse(self, text: str) -> tuple[frozenset[str], frozenset[str]]:
         folded = nfkc(text).casefold()
+        words: list[str] | None
         if folded.isascii():
             text_tokens, words = ascii_tokens(folded)
+            if "'" in folded:  # "what's": "what", "s"
+                words = list(filter(None, "'".join(words).split("'")))
         else:
             text_tokens, words = tokens(text), None
         stems = self._stems.intersection(text_tokens)  # the few words with a topic, in C
         found: set[str] = set().union(*map(self._by_stem.__getitem__, stems)) if stems else set()
         if self._word_phrases:
             if words is None:
-                words = _ASCII_WORDS.findall(folded) if folded.isascii() else _WORDS.findall(folded, concurrent=False)
-            if self._single or not self._pairs.isdisjoint(zip(words, words[1:])):
+                words = _WORDS.findall(folded, concurrent=False)
+            if self._single or not (self._firsts.isdisjoint(words) or self._pairs.isdisjoint(zip(words, words[1:]))):
                 for i, word in enumerate(words):
                     for phrase, topics in self._word_phrases.get(word, ()):
                         if tuple(words[i:i + len(phrase)]) == phrase:

@@ -22,7 +22,8 @@ ASCII = st.text(st.sampled_from(string.printable), max_size=60)
 PIECES = st.sampled_from(["I", "like", "LIKE", "don't", "dogs'", "'n'", "rock'n'roll", "’", " ", "  ", "\n", "\t",
                           ".", ". ", ",", "，", "!", "?", "。", "；", "but", "and I", "而我", "我", "喜欢", "爵士乐",
                           "Ａ", "ﬁ", "ß", "é", "1", "42", "@", "＠", "_", "k-", "pass", "PW", "密码", "bearer",
-                          "AKIA", "eyJ", "xox", "ice cream", "ice", "cream", "in", "java", "k-pop", "eat out"])
+                          "AKIA", "eyJ", "xox", "ice cream", "ice", "cream", "in", "java", "k-pop", "eat out",
+                          "what's", "me@x.io", "sk-", "password is", "13800138000", "forget that", "Um,", "\x0b"])
 MIXED = st.lists(PIECES, max_size=10).map("".join)
 TEXTS = st.one_of(ASCII, MIXED)
 
@@ -78,3 +79,23 @@ def test_one_word_phrases_are_looked_for_everywhere():
     tagger = TopicTagger({"food": ("ice cream",), "odd": ("x !",)})
     assert tagger._single  # "x !" is one word: no pair to screen by
     assert tagger.tag("I love ice cream, x") == {"food", "odd"}
+
+
+SCREENED, PLAIN = Funnel(load_rules()), Funnel(load_rules(), screen=False)
+
+
+@SETTINGS
+@given(TEXTS)
+def test_the_screened_funnel_gives_what_running_every_pattern_gives(sample):
+    """The screen's shortcuts (no PII hint: no mask looked at; no forget needle; no trigger) change
+    no result of the funnel, which without the screen runs every pattern and every mask."""
+    a, b = SCREENED.process(sample), PLAIN.process(sample)
+    assert (a.stage, a.candidates, a.forget_match, a.trace) == (b.stage, b.candidates, b.forget_match, b.trace)
+
+
+@SETTINGS
+@given(TEXTS)
+def test_a_text_without_the_pii_hints_is_one_no_mask_changes(sample):
+    cleaned = SCREENED.clean(sample)
+    if SCREENED._pii_hints.isdisjoint(SCREENED._screen.present(cleaned)):
+        assert privacy._mask(cleaned) == cleaned
