@@ -107,6 +107,9 @@ class FunnelResult:
     forget_scope: str | None = None
     forget_match: str | None = None
     trace: list[tuple[str, str]] = field(default_factory=list)
+    #: False when the message is surely no recall-everything question (is_recall_all), found on
+    #: the way; None when not known here.
+    recall_all: bool | None = None
 
     @property
     def captured(self) -> bool:
@@ -296,6 +299,10 @@ class Funnel:
     def process(self, message: str) -> FunnelResult:
         """Run one user message through every stage."""
         cleaned, present = self._clean(message or "")
+        # The needles of the message as is_recall_all reads it (cleaning changed nothing): when
+        # none of a recall-everything question's are there, recall need not look again.
+        recall_all = False if present is not None and self._any_recall_all is not None \
+            and self._any_recall_all.isdisjoint(present) else None
         # PII is masked first, so no capture can cut an address in half and keep a piece.
         pii = present is None or self._pii_hints is None or not self._pii_hints.isdisjoint(present)
         text = mask_pii(cleaned) if pii else cleaned
@@ -307,7 +314,7 @@ class Funnel:
         forget = self._forget_request(text, present)
         if forget is None and not self._may_trigger(present):
             trace.append(("trigger", "no trigger matched"))  # as _capture would say, without the sentences
-            return FunnelResult("no_trigger", trace=trace)
+            return FunnelResult("no_trigger", trace=trace, recall_all=recall_all)
         sentences = self.sentences(text)
         if forget is not None:
             gate, what = forget
@@ -319,9 +326,9 @@ class Funnel:
                 if rest:
                     candidates = self._capture(text, rest, trace, present)[1]
             return FunnelResult("forget", candidates=candidates, forget_scope=gate.scope, forget_match=what,
-                                trace=trace)
+                                trace=trace, recall_all=recall_all)
         stage, candidates = self._capture(text, sentences, trace, present)
-        return FunnelResult(stage, candidates=candidates, trace=trace)
+        return FunnelResult(stage, candidates=candidates, trace=trace, recall_all=recall_all)
 
     def _capture(self, text: str, sentences: list[str], trace: list[tuple[str, str]],
                  present: frozenset[str]) -> tuple[str, list[Candidate]]:

@@ -225,7 +225,7 @@ class MemoryMiddleware:
         if self.get_user is not None:
             return clean_id(self.get_user(environ, body))
         header = environ.get(self.user_header_key)
-        if isinstance(header, str):
+        if isinstance(header, str) and not header.isascii():
             try:  # WSGI hands headers over as latin-1; a UTF-8 id should match the same id in a body
                 header = header.encode("latin-1").decode("utf-8")
             except UnicodeError:
@@ -261,7 +261,8 @@ class MemoryMiddleware:
         if result is not None and result.stage == "forget":
             state = self._note_forget(user_id, forget_marker(result.forget_match, ts), state)
         try:
-            memories = self.recaller.recall(user_id, turn.message, now=now, state=state)
+            memories = self.recaller.recall(user_id, turn.message, now=now, state=state,
+                                            recall_all=result.recall_all if result is not None else None)
         except Exception:  # e.g. the database became unreadable: no memories, capture still queued
             log.exception("memo-mw: recall failed; request passed through without memories")
             memories = []

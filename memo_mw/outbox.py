@@ -31,6 +31,7 @@ from typing import Any
 
 from . import defaults
 from .breaker import CircuitBreaker
+from .statecache import CachedUserState
 from .userstate import EMPTY, UserState, forget_marker
 
 log = logging.getLogger(__name__)
@@ -471,6 +472,10 @@ class _GuardedState:
         # The outbox first, then Redis: a row the thread sends in between is in one or the other
         # (the thread drops this process's copy of the user's state before it deletes the row).
         rows = self._backend.outbox.user_rows(user_id) if self._backend.spooled else None
+        # A copy kept in this process (memo_mw.statecache) asks nothing of Redis: no breaker.
+        state = inner.cached(user_id) if rows is None and isinstance(inner, CachedUserState) else None
+        if state is not None:
+            return state
         state = self._backend.call(inner.read, user_id, fallback=None)
         if state is not None and rows is None:
             return state  # the usual case: Redis answered and nothing waits in the outbox

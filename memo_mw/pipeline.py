@@ -78,7 +78,7 @@ class Recaller:
         self.cache_candidates = cache_candidates
 
     def recall(self, user_id: str, message: str, *, now: float, state: UserState = EMPTY,
-               config: RecallConfig | None = None) -> list[dict[str, Any]]:
+               config: RecallConfig | None = None, recall_all: bool | None = None) -> list[dict[str, Any]]:
         """Top memories for the message, from the store and the user's short-lived state.
 
         Pending payloads are merged in (read-your-own-writes); whatever a recent forget
@@ -90,7 +90,8 @@ class Recaller:
         all are loaded).
         """
         config = config or self.config
-        recall_all = self.funnel.is_recall_all(message)
+        if recall_all is None:  # (the funnel's result may tell: FunnelResult.recall_all)
+            recall_all = self.funnel.is_recall_all(message)
         lease = _Lease(self._pool, self.db)  # a connection only if something must be read
         try:
             cached = self._cached(lease, user_id)
@@ -189,7 +190,7 @@ class Recaller:
     def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
                     config: RecallConfig, recall_all: bool) -> list[dict[str, Any]]:
         tag = self.funnel.topics.tag
-        pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])} if state.pending else set()
+        pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])} if state.pending else _NO_KEYS
         if isinstance(entry, RankedMemories):
             self.stats["ranked"] += 1
             return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=tag,
@@ -207,6 +208,9 @@ class Recaller:
                 return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
                      topics=tag, max_hits=max_hits, features=entry.features)
+
+
+_NO_KEYS: frozenset[str] = frozenset()
 
 
 class _Lease:

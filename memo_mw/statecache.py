@@ -61,14 +61,22 @@ class CachedUserState:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self, user_id: str) -> UserState:
-        listening = self.listening and self._threads_pid == os.getpid()
-        with self._lock:
-            if listening:
+    def cached(self, user_id: str) -> UserState | None:
+        """The user's state if this process's copy can be trusted (no I/O), else None."""
+        if self.listening and self._threads_pid == os.getpid():
+            with self._lock:
                 hit = self._cache.get(user_id)
                 if hit is not None and time.monotonic() - hit[1] < self.max_age:
                     self._cache.move_to_end(user_id)
                     return hit[0]
+        return None
+
+    def read(self, user_id: str) -> UserState:
+        hit = self.cached(user_id)
+        if hit is not None:
+            return hit
+        listening = self.listening and self._threads_pid == os.getpid()
+        with self._lock:
             generation = self._generation[user_id]
         self.stats["miss"] += 1
         state = self.inner.read(user_id)

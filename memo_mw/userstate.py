@@ -21,6 +21,7 @@ is a dictionary in the process.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -83,12 +84,15 @@ def without_forgotten(payload: dict[str, Any], forgets: list[dict[str, Any]]) ->
 
 
 class RedisUserState:
-    #: Users whose noted topic counts may wait for their read; beyond it new notes are dropped.
-    MAX_NOTED_USERS = 10_000
+    #: Messages whose topic counts may wait to be sent; beyond it the oldest are dropped.
+    MAX_NOTES = 100_000
 
     def __init__(self, connection: Any, namespace: str):
         self.connection = connection
         self.namespace = namespace
+        # Each message's counts as noted (an append, safe from any thread, is all a request does);
+        # added up per user when they are sent.
+        self._notes: collections.deque[tuple[str, str, list[str]]] = collections.deque(maxlen=self.MAX_NOTES)
         self._noted: dict[str, dict[tuple[str, str], int]] = {}
         self._noted_lock = threading.Lock()
 
@@ -100,9 +104,22 @@ class RedisUserState:
         """Where every write publishes the user id (memo_mw.statecache drops its copy)."""
         return f"memo:changed:{self.namespace}"
 
+    def _add_up_notes(self) -> None:
+        """Move the notes into the per-user counts (under ``_noted_lock``)."""
+        notes, noted = self._notes, self._noted
+        while notes:
+            try:
+                user_id, week, names = notes.popleft()
+            except IndexError:  # another thread took the last one
+                break
+            counts = noted.setdefault(user_id, {})
+            for name in names:
+                counts[(week, name)] = counts.get((week, name), 0) + 1
+
     def flush_noted(self) -> None:
         """Send every noted topic count now, in one round trip (the web process's sender does)."""
         with self._noted_lock:
+            self._add_up_notes()
             noted, self._noted = self._noted, {}
         if noted:
             with self.connection.pipeline(transaction=False) as pipe:
@@ -112,18 +129,14 @@ class RedisUserState:
 
     def note_topics(self, db: str, user_id: str, week: str, names: list[str]) -> None:
         """Count a message's topics (memo_mw.counters.count_keys) in ``week``: no I/O here, the
-        increments go with the next :meth:`read` of the user's state, in its round trip."""
-        with self._noted_lock:
-            noted = self._noted.get(user_id)
-            if noted is None:
-                if len(self._noted) >= self.MAX_NOTED_USERS:
-                    return
-                noted = self._noted[user_id] = {}
-            for name in names:
-                noted[(week, name)] = noted.get((week, name), 0) + 1
+        increments go with the next :meth:`read` of the user's state, in its round trip, or with
+        the next :meth:`flush_noted`."""
+        self._notes.append((user_id, week, names))
 
     def read(self, user_id: str) -> UserState:
         with self._noted_lock:
+            if self._notes:
+                self._add_up_notes()
             noted = self._noted.pop(user_id, None) if self._noted else None
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.hvals(self._key("pending", user_id))

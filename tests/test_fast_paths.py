@@ -99,3 +99,10 @@ def test_a_text_without_the_pii_hints_is_one_no_mask_changes(sample):
     cleaned = SCREENED.clean(sample)
     if SCREENED._pii_hints.isdisjoint(SCREENED._screen.present(cleaned)):
         assert privacy._mask(cleaned) == cleaned
+
+
+@SETTINGS
+@given(st.one_of(TEXTS, st.sampled_from(["what do you remember about me?", "你记得我什么", "  what do you know about me"])))
+def test_the_funnels_recall_all_answer_is_is_recall_all(sample):
+    told = SCREENED.process(sample).recall_all
+    assert told is None or told == SCREENED.is_recall_all(sample)
