@@ -31,6 +31,7 @@ does not, it tries once more with eight times as many candidates, then gives up 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -80,12 +81,14 @@ def topic_expansion(tagger: Any) -> dict[str, frozenset[str]] | None:
     which then brings in every memory without stored tags. None for a tagger this module does
     not know (the caller then cannot use the index for queries with topics).
     """
-    cached = getattr(tagger, "_memo_index_expansion", None)
-    if cached is not None:
-        return cached
-    by_stem, phrases = getattr(tagger, "_by_stem", None), getattr(tagger, "_phrase_topics", None)
-    if by_stem is None or phrases is None:
+    try:
+        return _EXPANSIONS[tagger]
+    except (KeyError, TypeError):  # not yet, or a tagger that cannot be a weak key
+        pass
+    lexicon = getattr(tagger, "lexicon", None)
+    if lexicon is None:
         return None
+    by_stem, phrases = lexicon()
     out: dict[str, set[str]] = {}
     for stem_, names in by_stem.items():
         for name in names:
@@ -96,10 +99,14 @@ def topic_expansion(tagger: Any) -> dict[str, frozenset[str]] | None:
             out.setdefault(name, set()).add(term if term is not None else UNTAGGED)
     expansion = {name: frozenset(terms) for name, terms in out.items()}
     try:
-        tagger._memo_index_expansion = expansion
-    except AttributeError:
+        _EXPANSIONS[tagger] = expansion
+    except TypeError:
         pass
     return expansion
+
+
+#: Each tagger's expansion, made once (a tagger's lexicons do not change; a reload makes a new one).
+_EXPANSIONS: "weakref.WeakKeyDictionary[Any, dict[str, frozenset[str]]]" = weakref.WeakKeyDictionary()
 
 
 def _recency(row: dict[str, Any], now: float, decay: float) -> float:

@@ -203,7 +203,8 @@ class MemoryMiddleware:
             log.exception("memo-mw: could not read the request body; request passed through")
             return
         content_length = environ.get("CONTENT_LENGTH")
-        environ["wsgi.input"] = io.BytesIO(raw)  # readable again, e.g. by get_user
+        if self.get_user is not None:
+            environ["wsgi.input"] = io.BytesIO(raw)  # readable again by get_user (the app's is made below)
         new_raw = None
         try:
             if len(raw) == length:  # a short body is a broken request: the app should see it as it is

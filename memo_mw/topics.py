@@ -32,7 +32,7 @@ class TopicTagger:
                     self._by_stem.setdefault(stem(word), set()).add(topic)
                 else:
                     phrases.setdefault(word, set()).add(topic)
-        self._phrase_topics = phrases  # read by memo_mw.index (topic_expansion)
+        self._phrase_topics = {phrase: frozenset(topics) for phrase, topics in phrases.items()}
         # English phrases match as a run of whole words ("ice cream": ("ice", "cream"), "eat out"),
         # looked up by their first word; others (Chinese) as substrings, longest first at each
         # place, so "乌龙茶" wins over "茶" where both are listed. Lookups, not one big
@@ -61,6 +61,12 @@ class TopicTagger:
         #: ``analyse(text)``: the text's tokens (memo_mw.text.tokens) and topics, found together
         #: (a message is read once for both: its counts and recall each ask).
         self.analyse = functools.lru_cache(maxsize=4096)(self._analyse)
+
+    def lexicon(self) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
+        """The lexicons as this tagger reads them: each English word's stem with its topics, and
+        every other entry (a phrase, a Chinese word) as written with its topics (memo_mw.index
+        turns them into index terms). New dicts: changing them changes nothing here."""
+        return ({stem_: frozenset(topics) for stem_, topics in self._by_stem.items()}, dict(self._phrase_topics))
 
     def tag(self, text: str) -> frozenset[str]:
         """The topics of ``text``."""
