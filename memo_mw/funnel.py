@@ -185,7 +185,6 @@ class Funnel:
         for scripts in (_NO_SCRIPT, _LATIN_ONLY, frozenset({"han"}), frozenset({"han", "latin"})):
             gates = [g for g in rules.gates("forget") if script_of.get(id(g)) in (None, *scripts)]
             self._forget_for[scripts] = (gates, self._firsts(id(g) for g in gates))
-        self._any_forget = self._firsts(id(g) for g in rules.gates("forget"))
         self._recall_all = rules.gates("recall_all")
         self._any_recall_all = self._firsts(id(g) for g in self._recall_all)
         # What PII masking looks for, screened with the rest: most messages need no mask looked at.
@@ -385,8 +384,6 @@ class Funnel:
         return passed
 
     def _forget_request(self, text: str, present: frozenset[str]) -> tuple[Gate, str | None] | None:
-        if self._any_forget is not None and self._any_forget.isdisjoint(present):
-            return None  # the usual case: none of the needles, whatever the scripts
         gates, firsts = self._forget_for[_scripts(text)]
         if firsts is not None and firsts.isdisjoint(present):
             return None  # the usual case: none of the needles
