@@ -190,12 +190,11 @@ def forget_waiting(queue: Any, user_id: str, forget: dict[str, Any]) -> int:
         counters.delete_redis(queue.connection, queue.name, user_id)
     for payload in state.read(user_id).pending:
         state.put_pending(user_id, without_forgotten(payload, [forget]))
-    waiting = {*queue.job_ids, *queue.scheduled_job_registry.get_job_ids(),
-               *queue.failed_job_registry.get_job_ids()}
+    waiting = sorted({*queue.job_ids, *queue.scheduled_job_registry.get_job_ids(),
+                      *queue.failed_job_registry.get_job_ids()})
     changed = 0
-    for job_id in waiting:
-        job = queue.fetch_job(job_id)
-        if job is None or job.func_name != REMEMBER or len(job.args) < 2:
+    for job in _fetch_many(queue, waiting):
+        if job is None or job.origin != queue.name or job.func_name != REMEMBER or len(job.args) < 2:
             continue
         payload = job.args[1]
         if payload.get("user_id") != user_id:
@@ -210,6 +209,19 @@ def forget_waiting(queue: Any, user_id: str, forget: dict[str, Any]) -> int:
             job.delete()
         changed += 1
     return changed
+
+
+#: Waiting jobs read per round trip by forget_waiting (a long queue is read in pipelined chunks).
+_FETCH_CHUNK = 500
+
+
+def _fetch_many(queue: Any, job_ids: list[str]) -> Iterator[Any]:
+    """The jobs of these ids (None for one gone meanwhile), a chunk per round trip."""
+    from rq.job import Job
+
+    for start in range(0, len(job_ids), _FETCH_CHUNK):
+        yield from Job.fetch_many(job_ids[start:start + _FETCH_CHUNK], connection=queue.connection,
+                                  serializer=queue.serializer)
 
 
 def _current_job() -> Any:

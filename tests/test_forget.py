@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,33 @@ def test_cli_forget_with_url_reaches_pending_memories_and_waiting_jobs(redis_url
     drain(redis_url)
     assert Store(db).memories("alice") == []
     assert len(Store(db).memories("bob")) == 3  # never another user
+
+
+def test_forget_reads_a_long_queue_in_a_few_round_trips(redis_url, db):
+    """forget_waiting reads the waiting jobs in pipelined chunks, not one round trip per job."""
+    from rq import Queue
+
+    from memo_mw import defaults, jobs
+    from memo_mw.userstate import forget_marker
+
+    client = middleware_client(db, redis_url)
+    for i in range(600):  # no worker runs: every job waits
+        client.post("/chat", **plain(f"I like band number {i}", user="bob", message_id=f"b{i}"))
+    client.post("/chat", **plain("I live in Springfield", message_id="a0"))
+    send_waiting()
+
+    trips = []
+
+    class Counted(redis.Connection):
+        def send_packed_command(self, command, check_health=True):
+            trips.append(1)
+            return super().send_packed_command(command, check_health)
+
+    connection = redis.Redis(connection_pool=redis.ConnectionPool.from_url(redis_url, connection_class=Counted))
+    queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
+    assert len(queue.job_ids) == 601
+    trips.clear()
+    assert jobs.forget_waiting(queue, "alice", forget_marker(None, time.time() + 1)) == 1
+    assert len(trips) < 30  # 601 jobs: two chunks, and the few reads and writes around them (one per job: 600+)
+    assert len(queue.job_ids) == 600  # bob's jobs stay, alice's is gone
+    assert b"Springfield" not in all_redis_text(redis_url)
