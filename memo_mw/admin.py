@@ -62,7 +62,7 @@ from .middleware import GetUser, MemoryMiddleware
 from .queue import Backend, make_backend
 from .rules import RuleSet, load_rules
 from .store import Store
-from .userstate import forget_marker, without_forgotten
+from .userstate import forget_marker, without_forgotten, without_slot
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,24 @@ class Admin:
             log.exception("memo-mw: could not reach the queue to drop the user's waiting jobs")
             return False
         return True
+
+    def drop_pending_slot(self, user_id: str, key: str, ts: int) -> None:
+        """Take the statements of slot ``key`` said by ``ts`` out of the user's pending memories:
+        recall shows pending statements until their jobs run, and after an edit of the slot the
+        store no longer stores them (Store.mark_edited)."""
+        if self.backend is None:
+            return
+        try:
+            spooled = getattr(self.backend, "drop_slot_spooled", None)
+            if spooled is not None:  # jobs waiting in the outbox (written behind, or Redis down)
+                spooled(user_id, key, ts)
+            state = self.backend.state
+            for payload in state.read(user_id).pending:
+                kept = without_slot(payload, key, ts)
+                if kept["candidates"] != payload.get("candidates"):
+                    state.put_pending(user_id, kept)
+        except Exception:
+            log.exception("memo-mw: could not take an edited slot out of the user's pending memories")
 
     def pending(self, user_id: str) -> list[dict[str, Any]]:
         """The user's captured memories still waiting for their job (for the export)."""
@@ -352,12 +370,16 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
         if gate is not None:
             # The store never keeps these categories; an edit cannot add one.
             raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
+        ts = admin.now()
         with admin.store() as store:
-            done = userdata.edit(store, user, number, content, ts=admin.now(), reason=_reason(by_admin),
+            before = userdata.memory(store, user, number)
+            done = userdata.edit(store, user, number, content, ts=ts, reason=_reason(by_admin),
                                  topics=sorted(admin.funnel.topics.tag(cleaned)))
-        if done is None:
+        if done is None or before is None:
             raise _Denied(404, "no such memory")
         outcome, found = done
+        if outcome != "unchanged":
+            admin.drop_pending_slot(user, before["key"], ts)
         return jsonify(outcome=outcome, memory=found, masked=cleaned != userdata.one_line(content))
 
     @bp.delete("/api/memories/<memory_id>")

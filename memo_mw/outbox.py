@@ -32,7 +32,7 @@ from typing import Any
 from . import defaults
 from .breaker import CircuitBreaker
 from .statecache import CachedUserState
-from .userstate import EMPTY, UserState, forget_marker
+from .userstate import EMPTY, UserState, forget_marker, without_slot
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +110,14 @@ class Outbox:
     def forget(self, user_id: str, forget: dict[str, Any]) -> int:
         """Take what a forget request names out of the user's waiting remember jobs (deleting
         a job left with nothing to store); the number of jobs changed."""
-        from .queue import REMEMBER
         from .userstate import without_forgotten
+
+        return self.edit_payloads(user_id, lambda payload: without_forgotten(payload, [forget]))
+
+    def edit_payloads(self, user_id: str, change: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+        """Replace each of the user's waiting remember payloads by ``change(payload)`` (a job left
+        with nothing to store is deleted); the number of jobs changed."""
+        from .queue import REMEMBER
 
         conn = self._connect()
         changed = 0
@@ -119,7 +125,7 @@ class Outbox:
             for row_id, args in conn.execute("select id, args from outbox where user_id = ? and func = ?",
                                              [user_id, REMEMBER]).fetchall():
                 args = json.loads(args)
-                kept = without_forgotten(args[1], [forget])
+                kept = change(args[1])
                 if kept["candidates"] == args[1].get("candidates"):
                     continue
                 changed += 1
@@ -313,6 +319,11 @@ class ResilientBackend:
         """Apply a forget request (a :func:`~memo_mw.userstate.forget_marker`) to the outbox now,
         so what it names is gone from the local file too, not only once its job runs."""
         return self.outbox.forget(user_id, forget)  # whoever spooled them: another process may have
+
+    def drop_slot_spooled(self, user_id: str, key: str, ts: int) -> int:
+        """Take the statements of slot ``key`` said by ``ts`` out of the outbox now (an edit of the
+        slot: memo_mw.userstate.without_slot)."""
+        return self.outbox.edit_payloads(user_id, lambda payload: without_slot(payload, key, ts))
 
     def drain(self) -> int:
         """Send what the outbox holds, now; the number sent (0 when Redis is still down)."""

@@ -11,6 +11,7 @@ Times are integer epoch seconds. ``active`` is 1 only while ``status`` is ``acti
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import itertools
@@ -306,6 +307,11 @@ class Store:
                 "select tokens, at from forget_markers where user_id = ? and at >= ?",
                 [payload["user_id"], int(payload["ts"])])]
             candidates = without_forgotten(payload, markers)["candidates"] if markers else payload.get("candidates", [])
+            # ... and a slot the user edited afterwards (the web page): the edit is the newer word.
+            edited = {slot for (slot,) in self.db.execute(
+                "select slot from edit_markers where user_id = ? and at >= ?", [payload["user_id"], int(payload["ts"])])}
+            if edited:
+                candidates = [c for c in candidates if slot_hash(c["key"]) not in edited]
             outcomes = [self._remember_one(payload, c) for c in candidates]
             outcomes += ["discarded"] * (len(payload.get("candidates", [])) - len(candidates))
             if job_key:
@@ -417,6 +423,14 @@ class Store:
             self.db.execute("insert into forget_markers (user_id, tokens, at) values (?, ?, ?)",
                             [user_id, json.dumps(marker["tokens"]), int(ts)])
 
+    def mark_edited(self, user_id: str, key: str, ts: int) -> None:
+        """Record that the user edited the memory on slot ``key`` at ``ts`` (a hash of the slot, never
+        its words), so a statement of that slot said before it, still waiting for its job, does not
+        undo the edit. Call inside a write transaction; markers older than FORGET_MARKER_DAYS go."""
+        self.db.execute("delete from edit_markers where at < ?", [int(ts) - defaults.FORGET_MARKER_DAYS * 86400])
+        self.db.execute("insert into edit_markers (user_id, slot, at) values (?, ?, ?)",
+                        [user_id, slot_hash(key), int(ts)])
+
     def delete_where(self, user_id: str, where: str, args: list, *, ts: int, action: str, reason: str) -> int:
         """Physically delete the user's memories matching an SQL condition; audit the count.
 
@@ -491,6 +505,11 @@ def m006_forget_markers(db: sqlite_utils.Database) -> None:
     db.execute("create index forget_markers_user on forget_markers (user_id, at)")
 
 
+def slot_hash(key: str) -> str:
+    """A one-way form of a memory's slot (``key``), for markers that outlive what they name."""
+    return hashlib.blake2b(key.encode("utf-8"), digest_size=12).hexdigest()
+
+
 #: The columns of ``memories`` a recall count changes (Store.touch): nothing else.
 TOUCH_COLUMNS = ("hits", "last_accessed")
 
@@ -526,3 +545,12 @@ def m008_insight_versions(db: sqlite_utils.Database) -> None:
     # each user's insights with its copy of the memories' version, and reads them again only
     # when it moves (memo_mw.insights.ProfileReader).
     _version_triggers_on(db, "insights", "insight_versions")
+
+
+@migrations()
+def m009_edit_markers(db: sqlite_utils.Database) -> None:
+    # A user's edit of a memory's line (the web page): the slot it was on (hashed, as forget
+    # markers are) and when, so a statement of that slot that was waiting somewhere when the user
+    # edited it cannot undo the edit. Kept as long as a job can wait (FORGET_MARKER_DAYS).
+    db.execute("create table edit_markers (user_id text not null, slot text not null, at integer not null)")
+    db.execute("create index edit_markers_user on edit_markers (user_id, at)")

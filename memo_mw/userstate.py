@@ -83,6 +83,14 @@ def without_forgotten(payload: dict[str, Any], forgets: list[dict[str, Any]]) ->
     return {**payload, "candidates": kept}
 
 
+def without_slot(payload: dict[str, Any], key: str, ts: int) -> dict[str, Any]:
+    """The payload less its candidates on slot ``key`` when it was said by ``ts`` (the user edited
+    that slot's memory at ``ts``: what was said of it before is not stored over the edit)."""
+    if int(payload.get("ts") or 0) > ts:
+        return payload
+    return {**payload, "candidates": [c for c in payload.get("candidates", []) if c.get("key") != key]}
+
+
 class RedisUserState:
     #: Messages whose topic counts may wait to be sent; beyond it the oldest are dropped.
     MAX_NOTES = 100_000

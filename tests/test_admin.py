@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from werkzeug.http import parse_cookie
 
 from memo_mw import Memo, MemoryMiddleware
 from memo_mw.admin import blueprint_for, create_blueprint
+from memo_mw.outbox import send_waiting
 from memo_mw.rules import load_rules
 from memo_mw.store import Store
 
@@ -493,6 +495,41 @@ def test_forget_me_reaches_the_waiting_jobs_in_redis(redis_url, db, rules):
     assert b"zanzibarian" not in all_redis_text(redis_url)
     drain(redis_url)
     assert contents(db, "alice") == [] and contents(db, "bob") == ["plays tennis every sunday"]
+
+
+@pytest.mark.parametrize("redis", [True, False], ids=["redis", "embedded"])
+def test_an_edit_is_not_undone_by_a_statement_waiting_for_its_job(request, db, rules, redis):
+    redis_url = request.getfixturevalue("redis_url") if redis else None
+    app = make_app(db, rules, redis_url=redis_url)
+    client = app.test_client()
+    say(client, "alice", "I live in Springfield")
+    settle(app, redis_url)
+    memory_id = alice_id(db, "lives in Springfield")
+    if redis:  # said again, differently, before the edit: the job waits in Redis (and shows as pending)
+        say(client, "alice", "I live in Shelbyville", ts=1_700_000_500)
+        send_waiting()  # in Redis, not only in the outbox
+        assert b"Shelbyville" in all_redis_text(redis_url)
+        export = client.get("/memo/api/export", headers={"X-User-Id": "alice"}).json
+        assert [c["content"] for p in export["pending"] for c in p["candidates"]] == ["lives in Shelbyville"]
+    else:  # the embedded thread runs it at once: a waiting job is one replayed late, the same payload
+        from memo_mw.pipeline import remember_payload
+
+        late = remember_payload(app.wsgi_app.funnel.process("I live in Shelbyville"), user_id="alice",
+                                session_id="s", ts=1_700_000_500, message_id=None, time_key=1_700_000_500)
+    response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"),
+                            json={"content": "lives in Capital City"})
+    assert response.json["outcome"] == "edited"
+    if redis:
+        export = client.get("/memo/api/export", headers={"X-User-Id": "alice"}).json
+        assert export["pending"] == []  # recall no longer shows the older statement either
+    else:
+        assert Store(db).remember(late) == ["discarded"]
+    settle(app, redis_url)
+    assert contents(db, "alice") == ["lives in Capital City"]
+    # What the user says after the edit is stored as ever.
+    say(client, "alice", "I live in Ogdenville", ts=int(time.time()) + 5)
+    settle(app, redis_url)
+    assert [m["content"] for m in Store(db).memories("alice")] == ["lives in Ogdenville"]
 
 
 def test_delete_in_embedded_mode_runs_what_the_job_thread_holds_first(db, rules):

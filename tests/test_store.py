@@ -141,3 +141,19 @@ def test_a_writer_waits_for_another_instead_of_failing(db):
         assert store.remember(payload("likes tea", "tea")) == ["stored"]
     assert time.monotonic() - started >= 0.3  # it waited (busy timeout) rather than raising
     holder.close()
+
+
+def test_an_edit_marker_discards_what_was_said_of_the_slot_before_it_only(tmp_path):
+    store = Store(str(tmp_path / "m.db"))
+    with store.write():
+        store.mark_edited("u1", "tea", 1_700_000_100)
+    assert store.remember(payload("likes green tea", "tea", ts=1_700_000_050)) == ["discarded"]
+    assert store.remember(payload("likes black tea", "tea", ts=1_700_000_100)) == ["discarded"]  # the same second
+    assert store.remember(payload("likes black tea", "tea", ts=1_700_000_101)) == ["stored"]  # said after it
+    assert store.remember(payload("likes jazz", "jazz", ts=1_700_000_050)) == ["stored"]  # another slot
+    assert store.remember(payload("likes oolong tea", "tea", user="u2", ts=1_700_000_050)) == ["stored"]
+    # The slot is kept as a hash, not as its words.
+    assert store.db.execute("select count(*) from edit_markers where slot like '%tea%'").fetchone()[0] == 0
+    with store.write():  # markers older than a job can wait go when the next is written
+        store.mark_edited("u1", "jazz", 1_700_000_100 + 9 * 86400)
+    assert store.db.execute("select count(*) from edit_markers").fetchone()[0] == 1
