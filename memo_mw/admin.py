@@ -185,7 +185,7 @@ class Admin:
                 state = self.backend.state
                 state.add_forget(user_id, marker)
                 for payload in state.read(user_id).pending:
-                    state.put_pending(user_id, without_forgotten(payload, [marker]))
+                    state.replace_pending(user_id, without_forgotten(payload, [marker]))
                 join = getattr(self.backend, "join", None)
                 if join is not None:
                     join()
@@ -194,8 +194,8 @@ class Admin:
             return False
         return True
 
-    def drop_pending_slot(self, user_id: str, key: str, ts: int) -> None:
-        """Take the statements of slot ``key`` said by ``ts`` out of the user's pending memories:
+    def drop_pending_slot(self, user_id: str, key: str, at: float) -> None:
+        """Take the statements of slot ``key`` read by ``at`` out of the user's pending memories:
         recall shows pending statements until their jobs run, and after an edit of the slot the
         store no longer stores them (Store.mark_edited)."""
         if self.backend is None:
@@ -203,12 +203,12 @@ class Admin:
         try:
             spooled = getattr(self.backend, "drop_slot_spooled", None)
             if spooled is not None:  # jobs waiting in the outbox (written behind, or Redis down)
-                spooled(user_id, key, ts)
+                spooled(user_id, key, at)
             state = self.backend.state
             for payload in state.read(user_id).pending:
-                kept = without_slot(payload, key, ts)
+                kept = without_slot(payload, key, at)
                 if kept["candidates"] != payload.get("candidates"):
-                    state.put_pending(user_id, kept)
+                    state.replace_pending(user_id, kept)
         except Exception:
             log.exception("memo-mw: could not take an edited slot out of the user's pending memories")
 
@@ -370,16 +370,16 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
         if gate is not None:
             # The store never keeps these categories; an edit cannot add one.
             raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
-        ts = admin.now()
+        at = admin.clock()  # to the fraction of a second: statements are ordered against it
         with admin.store() as store:
             before = userdata.memory(store, user, number)
-            done = userdata.edit(store, user, number, content, ts=ts, reason=_reason(by_admin),
+            done = userdata.edit(store, user, number, content, ts=int(at), at=at, reason=_reason(by_admin),
                                  topics=sorted(admin.funnel.topics.tag(cleaned)))
         if done is None or before is None:
             raise _Denied(404, "no such memory")
         outcome, found = done
         if outcome != "unchanged":
-            admin.drop_pending_slot(user, before["key"], ts)
+            admin.drop_pending_slot(user, before["key"], at)
         return jsonify(outcome=outcome, memory=found, masked=cleaned != userdata.one_line(content))
 
     @bp.delete("/api/memories/<memory_id>")

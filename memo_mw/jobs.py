@@ -189,12 +189,15 @@ def forget_waiting(queue: Any, user_id: str, forget: dict[str, Any]) -> int:
     if forget["tokens"] is None:  # forget me: the topic counts waiting for the weekly job too
         counters.delete_redis(queue.connection, queue.name, user_id)
     for payload in state.read(user_id).pending:
-        state.put_pending(user_id, without_forgotten(payload, [forget]))
+        state.replace_pending(user_id, without_forgotten(payload, [forget]))
     waiting = sorted({*queue.job_ids, *queue.scheduled_job_registry.get_job_ids(),
                       *queue.failed_job_registry.get_job_ids()})
     changed = 0
-    for job in _fetch_many(queue, waiting):
-        if job is None or job.origin != queue.name or job.func_name != REMEMBER or len(job.args) < 2:
+    for job_id, job in _fetch_many(queue, waiting):
+        if job is None:  # gone meanwhile: its id is dropped from the queue, as rq's fetch_job does
+            queue.remove(job_id)
+            continue
+        if job.origin != queue.name or job.func_name != REMEMBER or len(job.args) < 2:
             continue
         payload = job.args[1]
         if payload.get("user_id") != user_id:
@@ -204,24 +207,45 @@ def forget_waiting(queue: Any, user_id: str, forget: dict[str, Any]) -> int:
             continue
         if kept["candidates"]:
             job.args = [job.args[0], kept]
-            job.save()
+            if not _save_unchanged(queue.connection, job):
+                continue  # it started or ran meanwhile: the store's forget marker stops it
         else:
             job.delete()
         changed += 1
     return changed
 
 
+def _save_unchanged(connection: Any, job: Any) -> bool:
+    """``job.save()`` only while the job is still there and in the state it was read in: a job
+    that ran (and was deleted, having no result to keep) is not made again, with no expiry,
+    holding the user's statements; one that started is not written over."""
+    import redis
+
+    status = job.get_status(refresh=False)
+    with connection.pipeline() as pipe:
+        try:
+            pipe.watch(job.key)
+            now = pipe.hget(job.key, "status")
+            if now is None or now.decode() != getattr(status, "value", status):
+                return False
+            pipe.multi()
+            job.save(pipeline=pipe)
+            pipe.execute()
+        except redis.WatchError:
+            return False
+    return True
+
+
 #: Waiting jobs read per round trip by forget_waiting (a long queue is read in pipelined chunks).
 _FETCH_CHUNK = 500
 
 
-def _fetch_many(queue: Any, job_ids: list[str]) -> Iterator[Any]:
-    """The jobs of these ids (None for one gone meanwhile), a chunk per round trip."""
-    from rq.job import Job
-
+def _fetch_many(queue: Any, job_ids: list[str]) -> Iterator[tuple[str, Any]]:
+    """Each id with its job (None for one gone meanwhile), a chunk per round trip."""
     for start in range(0, len(job_ids), _FETCH_CHUNK):
-        yield from Job.fetch_many(job_ids[start:start + _FETCH_CHUNK], connection=queue.connection,
-                                  serializer=queue.serializer)
+        chunk = job_ids[start:start + _FETCH_CHUNK]
+        yield from zip(chunk, queue.job_class.fetch_many(chunk, connection=queue.connection,
+                                                         serializer=queue.serializer))
 
 
 def _current_job() -> Any:

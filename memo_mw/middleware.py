@@ -307,7 +307,7 @@ class MemoryMiddleware:
             # carries the same job id and is not queued twice.
             time_key = turn.ts if turn.ts is not None else (turn.message_id or int(now // 60))
             payload = remember_payload(result, user_id=user_id, session_id=turn.session_id, ts=ts,
-                                       message_id=turn.message_id, time_key=time_key)
+                                       message_id=turn.message_id, time_key=time_key, received=now)
             # Pending with the enqueue (one round trip), so the job's drop always comes after.
             self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=payload)
         return new_raw
@@ -353,7 +353,7 @@ class MemoryMiddleware:
         for payload in state.pending:
             kept = without_forgotten(payload, [forget])
             if kept["candidates"] != payload["candidates"]:
-                self._state_call("put_pending", user_id, kept)
+                self._state_call("replace_pending", user_id, kept)
             if kept["candidates"]:
                 pending.append(kept)
         return state._replace(pending=pending, forgets=[*state.forgets, forget])

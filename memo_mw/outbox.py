@@ -320,10 +320,10 @@ class ResilientBackend:
         so what it names is gone from the local file too, not only once its job runs."""
         return self.outbox.forget(user_id, forget)  # whoever spooled them: another process may have
 
-    def drop_slot_spooled(self, user_id: str, key: str, ts: int) -> int:
-        """Take the statements of slot ``key`` said by ``ts`` out of the outbox now (an edit of the
+    def drop_slot_spooled(self, user_id: str, key: str, at: float) -> int:
+        """Take the statements of slot ``key`` read by ``at`` out of the outbox now (an edit of the
         slot: memo_mw.userstate.without_slot)."""
-        return self.outbox.edit_payloads(user_id, lambda payload: without_slot(payload, key, ts))
+        return self.outbox.edit_payloads(user_id, lambda payload: without_slot(payload, key, at))
 
     def drain(self) -> int:
         """Send what the outbox holds, now; the number sent (0 when Redis is still down)."""

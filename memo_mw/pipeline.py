@@ -25,14 +25,16 @@ from .text import normalize, stable_id
 
 
 def remember_payload(result: FunnelResult, *, user_id: str, session_id: str | None, ts: float,
-                     message_id: str | None, time_key: Any) -> dict[str, Any]:
+                     message_id: str | None, time_key: Any, received: float | None = None) -> dict[str, Any]:
     """The JSON payload of a ``remember`` job.
 
     ``job_key`` is the same for the same user, normalised summaries and ``time_key`` (the
     message time, or whatever stands for it), so a repeated message makes no second memory.
+    ``received``: when the server read the message, by its own clock (``ts`` may be the
+    client's), to order it against the user's edits (Store.mark_edited).
     """
     summaries = sorted(normalize(c.content) for c in result.candidates)
-    return {
+    payload = {
         "job_key": "memo-remember-" + stable_id(user_id, *summaries, time_key),
         "user_id": user_id,
         "session_id": session_id,
@@ -40,6 +42,9 @@ def remember_payload(result: FunnelResult, *, user_id: str, session_id: str | No
         "message_id": message_id,
         "candidates": [c.as_dict() for c in result.candidates],
     }
+    if received is not None:
+        payload["received"] = float(received)
+    return payload
 
 
 class Recaller:

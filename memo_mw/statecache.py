@@ -110,7 +110,7 @@ class CachedUserState:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self.inner, name)
-        if name in ("put_pending", "drop_pending", "add_forget", "add_shown"):
+        if name in ("put_pending", "replace_pending", "drop_pending", "add_forget", "add_shown"):
             def write(user_id: str, *args: Any) -> Any:
                 self.invalidate(user_id)  # our own write is seen by our next read, message or not
                 try:

@@ -27,7 +27,7 @@ from . import defaults
 from .exceptions import StoreError
 from .index import memory_terms
 from .text import normalize, tokens
-from .userstate import MATCH_SHARE, forget_marker, without_forgotten
+from .userstate import MATCH_SHARE, forget_marker, received_at, without_forgotten
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class Store:
             candidates = without_forgotten(payload, markers)["candidates"] if markers else payload.get("candidates", [])
             # ... and a slot the user edited afterwards (the web page): the edit is the newer word.
             edited = {slot for (slot,) in self.db.execute(
-                "select slot from edit_markers where user_id = ? and at >= ?", [payload["user_id"], int(payload["ts"])])}
+                "select slot from edit_markers where user_id = ? and at >= ?", [payload["user_id"], received_at(payload)])}
             if edited:
                 candidates = [c for c in candidates if slot_hash(c["key"]) not in edited]
             outcomes = [self._remember_one(payload, c) for c in candidates]
@@ -423,13 +423,15 @@ class Store:
             self.db.execute("insert into forget_markers (user_id, tokens, at) values (?, ?, ?)",
                             [user_id, json.dumps(marker["tokens"]), int(ts)])
 
-    def mark_edited(self, user_id: str, key: str, ts: int) -> None:
-        """Record that the user edited the memory on slot ``key`` at ``ts`` (a hash of the slot, never
-        its words), so a statement of that slot said before it, still waiting for its job, does not
-        undo the edit. Call inside a write transaction; markers older than FORGET_MARKER_DAYS go."""
-        self.db.execute("delete from edit_markers where at < ?", [int(ts) - defaults.FORGET_MARKER_DAYS * 86400])
+    def mark_edited(self, user_id: str, key: str, at: float) -> None:
+        """Record that the user edited the memory on slot ``key`` at ``at`` (the server's clock, to the
+        fraction of a second; a hash of the slot, never its words), so a statement of that slot
+        whose message the server read before, still waiting for its job, does not undo the edit
+        (statements are ordered by their ``received`` time, the server's too). Call inside a
+        write transaction; markers older than FORGET_MARKER_DAYS go."""
+        self.db.execute("delete from edit_markers where at < ?", [float(at) - defaults.FORGET_MARKER_DAYS * 86400])
         self.db.execute("insert into edit_markers (user_id, slot, at) values (?, ?, ?)",
-                        [user_id, slot_hash(key), int(ts)])
+                        [user_id, slot_hash(key), float(at)])
 
     def delete_where(self, user_id: str, where: str, args: list, *, ts: int, action: str, reason: str) -> int:
         """Physically delete the user's memories matching an SQL condition; audit the count.
@@ -550,7 +552,8 @@ def m008_insight_versions(db: sqlite_utils.Database) -> None:
 @migrations()
 def m009_edit_markers(db: sqlite_utils.Database) -> None:
     # A user's edit of a memory's line (the web page): the slot it was on (hashed, as forget
-    # markers are) and when, so a statement of that slot that was waiting somewhere when the user
-    # edited it cannot undo the edit. Kept as long as a job can wait (FORGET_MARKER_DAYS).
-    db.execute("create table edit_markers (user_id text not null, slot text not null, at integer not null)")
+    # markers are) and when (server time, fractional), so a statement of that slot that was
+    # waiting somewhere when the user edited it cannot undo the edit. Kept as long as a job can
+    # wait (FORGET_MARKER_DAYS).
+    db.execute("create table edit_markers (user_id text not null, slot text not null, at real not null)")
     db.execute("create index edit_markers_user on edit_markers (user_id, at)")

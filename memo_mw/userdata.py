@@ -68,7 +68,7 @@ def clean_content(text: str) -> str:
 
 
 def edit(store: Store, user_id: str, memory_id: int, content: str, *, ts: int, reason: str,
-         topics: list[str] | None = None) -> tuple[str, dict[str, Any]] | None:
+         topics: list[str] | None = None, at: float | None = None) -> tuple[str, dict[str, Any]] | None:
     """Replace a memory's line with ``content`` (masked here); None when the user has no such memory.
 
     Returns ``(outcome, memory)``:
@@ -80,8 +80,9 @@ def edit(store: Store, user_id: str, memory_id: int, content: str, *, ts: int, r
     * ``edited``: the line (and the excerpt, so the old wording is kept nowhere) is replaced.
       The slot (``key``) stays while the new line still names it, else it becomes the line.
 
-    Either way a statement of the old slot said before ``ts`` that is still waiting for its job
-    is not stored when the job runs (Store.mark_edited): the edit is the user's newer word.
+    Either way a statement of the old slot whose message the server read before ``at`` (the
+    edit's time to the fraction of a second; ``ts`` if not given) and that is still waiting for
+    its job is not stored when the job runs (Store.mark_edited): the edit is the newer word.
 
     The old text is overwritten in the database files (``secure_delete`` and a checkpoint).
     """
@@ -92,8 +93,8 @@ def edit(store: Store, user_id: str, memory_id: int, content: str, *, ts: int, r
             return None
         if content == row["content"]:
             return "unchanged", row
-        # A statement of the old slot said before now, still waiting for its job, must not undo this.
-        store.mark_edited(user_id, row["key"], ts)
+        # A statement of the old slot read before now, still waiting for its job, must not undo this.
+        store.mark_edited(user_id, row["key"], ts if at is None else at)
         same = [row_to_memory(r) for r in store.db.execute(
             _SELECT + " where user_id = ? and id != ? and (active = 1 or status = ?) order by id",
             [user_id, memory_id, PENDING_CONFIRM]).fetchall()]

@@ -83,10 +83,30 @@ def without_forgotten(payload: dict[str, Any], forgets: list[dict[str, Any]]) ->
     return {**payload, "candidates": kept}
 
 
-def without_slot(payload: dict[str, Any], key: str, ts: int) -> dict[str, Any]:
-    """The payload less its candidates on slot ``key`` when it was said by ``ts`` (the user edited
-    that slot's memory at ``ts``: what was said of it before is not stored over the edit)."""
-    if int(payload.get("ts") or 0) > ts:
+# KEYS[1] the user's pending hash; ARGV: job key, the payload's JSON ("": drop it), TTL, channel, user.
+_REPLACE_PENDING = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+if ARGV[2] == '' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+"""
+
+
+def received_at(payload: dict[str, Any]) -> float:
+    """When the server read a payload's message (its own clock); ``ts`` for one made without it."""
+    received = payload.get("received")
+    return float(received) if isinstance(received, (int, float)) else float(payload.get("ts") or 0)
+
+
+def without_slot(payload: dict[str, Any], key: str, at: float) -> dict[str, Any]:
+    """The payload less its candidates on slot ``key`` when its message was read by ``at`` (the
+    user edited that slot's memory at ``at``: what was said of it before is not stored over it)."""
+    if received_at(payload) > at:
         return payload
     return {**payload, "candidates": [c for c in payload.get("candidates", []) if c.get("key") != key]}
 
@@ -167,6 +187,13 @@ class RedisUserState:
             else:
                 p.hdel(key, payload["job_key"])
             p.publish(self.channel, user_id)
+
+    def replace_pending(self, user_id: str, payload: dict[str, Any]) -> None:
+        """put_pending() for a payload that is still pending: one whose job ran (and dropped it)
+        since it was read is not put back."""
+        self.connection.eval(_REPLACE_PENDING, 1, self._key("pending", user_id), payload["job_key"],
+                             json.dumps(payload) if payload.get("candidates") else "", defaults.PENDING_TTL,
+                             self.channel, user_id)
 
     def forgets_of(self, user_ids: set[str]) -> dict[str, list[dict[str, Any]]]:
         """The recent forget requests of several users, in one round trip."""
@@ -276,6 +303,14 @@ class LocalUserState:
     def drop_pending(self, user_id: str, job_key: str) -> None:
         with self._lock:
             self._entries.get(("pending", user_id), {}).pop(job_key, None)
+
+    def replace_pending(self, user_id: str, payload: dict[str, Any]) -> None:
+        with self._lock:
+            if payload["job_key"] in self._entries.get(("pending", user_id), {}):
+                if payload.get("candidates"):
+                    self._put("pending", user_id, payload["job_key"], payload)
+                else:
+                    self._entries[("pending", user_id)].pop(payload["job_key"], None)
 
     def add_forget(self, user_id: str, forget: dict[str, Any]) -> None:
         with self._lock:

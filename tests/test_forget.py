@@ -170,3 +170,51 @@ def test_forget_reads_a_long_queue_in_a_few_round_trips(redis_url, db):
     assert len(trips) < 30  # 601 jobs: two chunks, and the few reads and writes around them (one per job: 600+)
     assert len(queue.job_ids) == 600  # bob's jobs stay, alice's is gone
     assert b"Springfield" not in all_redis_text(redis_url)
+
+
+def test_an_edited_waiting_job_that_ran_meanwhile_is_not_made_again(redis_url, db):
+    """forget_waiting saves a changed job only while it is still there as read: a job that ran
+    and was deleted between the read and the save is not re-created (with no expiry)."""
+    from rq import Queue
+
+    from memo_mw import defaults, jobs
+
+    client = middleware_client(db, redis_url)
+    client.post("/chat", **plain("I live in Springfield and I like jazz", message_id="a0"))
+    send_waiting()
+    connection = redis.Redis.from_url(redis_url)
+    queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
+    [(job_id, job)] = list(jobs._fetch_many(queue, queue.job_ids))
+    job.delete()  # as the worker does when it has run it
+    assert jobs._save_unchanged(connection, job) is False
+    assert not connection.exists(job.key)
+    # One still waiting is saved.
+    client.post("/chat", **plain("I live in Shelbyville", message_id="a1"))
+    send_waiting()
+    [(job_id, job)] = list(jobs._fetch_many(queue, queue.job_ids))
+    assert jobs._save_unchanged(connection, job) is True and connection.exists(job.key)
+
+
+def test_a_pending_entry_whose_job_ran_is_not_put_back(redis_url):
+    from memo_mw.userstate import RedisUserState
+
+    state = RedisUserState(redis.Redis.from_url(redis_url), "t")
+    entry = {"job_key": "k1", "user_id": "alice", "ts": 1, "candidates": [{"key": "tea", "content": "likes tea"}]}
+    state.put_pending("alice", entry)
+    state.replace_pending("alice", {**entry, "candidates": [{"key": "tea", "content": "likes green tea"}]})
+    assert [c["content"] for p in state.read("alice").pending for c in p["candidates"]] == ["likes green tea"]
+    state.drop_pending("alice", "k1")  # its job ran
+    state.replace_pending("alice", entry)  # a rewrite that read it before
+    assert state.read("alice").pending == []
+
+
+def test_a_local_pending_entry_whose_job_ran_is_not_put_back():
+    from memo_mw.userstate import LocalUserState
+
+    state = LocalUserState()
+    entry = {"job_key": "k1", "user_id": "alice", "ts": 1, "candidates": [{"key": "tea", "content": "likes tea"}]}
+    state.put_pending("alice", entry)
+    state.replace_pending("alice", {**entry, "candidates": []})  # nothing left: dropped
+    assert state.read("alice").pending == []
+    state.replace_pending("alice", entry)  # gone: not put back
+    assert state.read("alice").pending == []

@@ -143,13 +143,18 @@ def test_a_writer_waits_for_another_instead_of_failing(db):
     holder.close()
 
 
+def received(content, key, at, **kwargs):
+    return {**payload(content, key, **kwargs), "received": at}
+
+
 def test_an_edit_marker_discards_what_was_said_of_the_slot_before_it_only(tmp_path):
     store = Store(str(tmp_path / "m.db"))
     with store.write():
-        store.mark_edited("u1", "tea", 1_700_000_100)
-    assert store.remember(payload("likes green tea", "tea", ts=1_700_000_050)) == ["discarded"]
-    assert store.remember(payload("likes black tea", "tea", ts=1_700_000_100)) == ["discarded"]  # the same second
-    assert store.remember(payload("likes black tea", "tea", ts=1_700_000_101)) == ["stored"]  # said after it
+        store.mark_edited("u1", "tea", 1_700_000_100.5)
+    assert store.remember(payload("likes green tea", "tea", ts=1_700_000_050)) == ["discarded"]  # no receipt: ts
+    assert store.remember(received("likes black tea", "tea", 1_700_000_100.4, ts=1_700_000_200)) == ["discarded"]
+    # Read by the server after the edit, whatever time the client gave it.
+    assert store.remember(received("likes black tea", "tea", 1_700_000_100.6, ts=1_700_000_000)) == ["stored"]
     assert store.remember(payload("likes jazz", "jazz", ts=1_700_000_050)) == ["stored"]  # another slot
     assert store.remember(payload("likes oolong tea", "tea", user="u2", ts=1_700_000_050)) == ["stored"]
     # The slot is kept as a hash, not as its words.
