@@ -62,7 +62,7 @@ from .middleware import GetUser, MemoryMiddleware
 from .queue import Backend, make_backend
 from .rules import RuleSet, load_rules
 from .store import Store
-from .userstate import forget_marker, without_forgotten, without_slot
+from .userstate import forget_marker, rewrite_pending, without_forgotten, without_slot
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +184,7 @@ class Admin:
             else:  # the in-process job thread: let what it holds run first, then delete
                 state = self.backend.state
                 state.add_forget(user_id, marker)
-                for payload in state.read(user_id).pending:
-                    state.replace_pending(user_id, without_forgotten(payload, [marker]))
+                rewrite_pending(state, user_id, lambda payload: without_forgotten(payload, [marker]))
                 join = getattr(self.backend, "join", None)
                 if join is not None:
                     join()
@@ -204,11 +203,7 @@ class Admin:
             spooled = getattr(self.backend, "drop_slot_spooled", None)
             if spooled is not None:  # jobs waiting in the outbox (written behind, or Redis down)
                 spooled(user_id, key, at)
-            state = self.backend.state
-            for payload in state.read(user_id).pending:
-                kept = without_slot(payload, key, at)
-                if kept["candidates"] != payload.get("candidates"):
-                    state.replace_pending(user_id, kept)
+            rewrite_pending(self.backend.state, user_id, lambda payload: without_slot(payload, key, at))
         except Exception:
             log.exception("memo-mw: could not take an edited slot out of the user's pending memories")
 

@@ -300,8 +300,7 @@ class Funnel:
         cleaned, present = self._clean(message or "")
         # The needles of the message as is_recall_all reads it (cleaning changed nothing): when
         # none of a recall-everything question's are there, recall need not look again.
-        recall_all = False if present is not None and self._any_recall_all is not None \
-            and self._any_recall_all.isdisjoint(present) else None
+        recall_all = False if present is not None and self._surely_no_recall_all(present) else None
         # PII is masked first, so no capture can cut an address in half and keep a piece.
         pii = present is None or self._pii_hints is None or not self._pii_hints.isdisjoint(present)
         text = mask_pii(cleaned) if pii else cleaned
@@ -401,9 +400,13 @@ class Funnel:
     def is_recall_all(self, message: str) -> bool:
         """True for questions like "what do you remember about me": recall everything, not just matches."""
         text = nfkc(message or "")
-        if self._any_recall_all is not None and self._any_recall_all.isdisjoint(self._screen.present(text)):
+        if self._surely_no_recall_all(self._screen.present(text)):
             return False  # the usual case: none of their needles
         return self._gate_hit(self._recall_all, text, self._screen) is not None
+
+    def _surely_no_recall_all(self, present: frozenset[str]) -> bool:
+        """Whether a text holding just these needles is surely no recall-everything question."""
+        return self._any_recall_all is not None and self._any_recall_all.isdisjoint(present)
 
     def _triggers(self, sentences: list[str], text: str, text_present: frozenset[str]) -> list[_Hit]:
         hits = []

@@ -22,7 +22,7 @@ from . import insights as profile
 from .compressor import Compressor, polish_candidates
 from .queue import REMEMBER
 from .store import Store
-from .userstate import RedisUserState, forget_marker, without_forgotten
+from .userstate import RedisUserState, forget_marker, rewrite_pending, without_forgotten
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +188,7 @@ def forget_waiting(queue: Any, user_id: str, forget: dict[str, Any]) -> int:
     state.add_forget(user_id, forget)
     if forget["tokens"] is None:  # forget me: the topic counts waiting for the weekly job too
         counters.delete_redis(queue.connection, queue.name, user_id)
-    for payload in state.read(user_id).pending:
-        state.replace_pending(user_id, without_forgotten(payload, [forget]))
+    rewrite_pending(state, user_id, lambda payload: without_forgotten(payload, [forget]))
     waiting = sorted({*queue.job_ids, *queue.scheduled_job_registry.get_job_ids(),
                       *queue.failed_job_registry.get_job_ids()})
     changed = 0

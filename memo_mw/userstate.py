@@ -97,6 +97,16 @@ return 1
 """
 
 
+def rewrite_pending(state: Any, user_id: str,
+                    change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Replace each of the user's pending payloads that ``change(payload)`` changes (with
+    ``replace_pending``: one whose job ran meanwhile is not put back)."""
+    for payload in state.read(user_id).pending:
+        kept = change(payload)
+        if kept["candidates"] != payload.get("candidates"):
+            state.replace_pending(user_id, kept)
+
+
 def received_at(payload: dict[str, Any]) -> float:
     """When the server read a payload's message (its own clock); ``ts`` for one made without it."""
     received = payload.get("received")
