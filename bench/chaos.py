@@ -91,10 +91,10 @@ def main() -> int:
                 holder.close()
 
     try:
-        with gunicorn(db, server.url) as port:
+        with gunicorn(db, server.url) as web:
             chaos = threading.Thread(target=inject)
             chaos.start()
-            result = run_load(port, work)
+            result = run_load(web.port, work)
             done.set()
             chaos.join()
             # Let the web processes' outbox threads send what they spooled.

@@ -41,13 +41,12 @@ from typing import Any
 
 from . import counters, defaults
 from .adapters import Turn, clean_id, inject, read_turn
-from .funnel import Funnel
 from .insights import UNKNOWN, ProfileReader
 from .statecache import CachedUserState
 from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
-from .rules import RuleSet, load_rules
+from .rules import RuleSet
 from .text import stable_id
 from .store import check_writable
 from .userstate import EMPTY, UserState, forget_marker, without_forgotten

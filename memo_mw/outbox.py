@@ -32,6 +32,7 @@ from typing import Any
 from . import defaults
 from .breaker import CircuitBreaker
 from .statecache import CachedUserState
+from .store import retry_setup
 from .userstate import EMPTY, UserState, forget_marker, without_slot
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,11 @@ class Outbox:
         #: lock; made again in a forked child (a lock held by a thread at the fork stays held).
         self._writing = threading.Lock()
         _OUTBOXES.add(self)
+        # Web workers that start together on a new file race for it (store.retry_setup): a
+        # lost race must not fail the worker's boot, which would stop the whole server.
+        retry_setup(self._create)
+
+    def _create(self) -> None:
         conn = self._connect()
         conn.execute("create table if not exists outbox (id integer primary key autoincrement, "
                      "func text not null, args text not null, job_id text, user_id text, "
@@ -75,7 +81,7 @@ class Outbox:
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
             conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
                                    isolation_level=None, check_same_thread=False)
-            conn.execute("pragma journal_mode=wal")
+            retry_setup(lambda: conn.execute("pragma journal_mode=wal"))
             # A committed row survives the process without an fsync per row (WAL, NORMAL):
             # like a job in Redis, only a crash of the machine itself can lose the last ones.
             conn.execute("pragma synchronous=normal")

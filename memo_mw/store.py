@@ -14,12 +14,11 @@ import contextlib
 import hashlib
 import json
 import logging
-import itertools
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlite_utils
 
@@ -30,6 +29,7 @@ from .text import normalize, tokens
 from .userstate import MATCH_SHARE, forget_marker, received_at, without_forgotten
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 migrations = sqlite_utils.Migrations("memo_mw")
 
@@ -176,20 +176,38 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Databas
         raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
 
 
-def _prepare(db: sqlite_utils.Database, path: str) -> None:
-    """WAL mode and the schema. Processes that start together on a new file (web workers,
-    job workers) race for both: switching the journal mode does not wait on the busy
-    timeout, and two may try the same migration. The loser tries again and finds it done."""
-    for attempt in itertools.count():
+#: What a process that starts beside others on a new file can meet: a journal mode switch
+#: that does not wait on the busy timeout, or a migration another process just made.
+_SETUP_RACES = ("locked", "already exists", "duplicate column")
+
+
+def retry_setup(setup: Callable[[], T]) -> T:
+    """Run ``setup`` (a journal mode switch, a schema) until it does not lose a start-up race.
+
+    Processes that start together on a new file (web workers, job workers) race: switching
+    the journal mode does not wait on the busy timeout, and two may try the same migration.
+    The loser tries again, up to 20 times over about 4 seconds, and finds it done; any other
+    error is raised at once."""
+    attempt = 0
+    while True:
         try:
-            if db.journal_mode != "wal" and path != ":memory:":
-                db.enable_wal()
-            migrations.apply(db)
-            return
+            return setup()
         except sqlite3.OperationalError as exc:
-            if attempt >= 20 or not any(race in str(exc) for race in ("locked", "already exists", "duplicate column")):
+            if attempt >= 20 or not any(race in str(exc) for race in _SETUP_RACES):
                 raise
-            time.sleep(0.02 * (attempt + 1))
+            attempt += 1
+            time.sleep(0.02 * attempt)
+
+
+def _prepare(db: sqlite_utils.Database, path: str) -> None:
+    """WAL mode and the schema (see :func:`retry_setup`)."""
+
+    def prepare() -> None:
+        if db.journal_mode != "wal" and path != ":memory:":
+            db.enable_wal()
+        migrations.apply(db)
+
+    retry_setup(prepare)
 
 
 def check_writable(path: str | Path) -> None:

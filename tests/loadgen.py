@@ -100,7 +100,7 @@ def run_load(port: int, work: list[list[Request]], *, timeout: float = 30.0) -> 
                 conn.close()
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
                 with lock:
-                    result.errors.append(f"{type(exc).__name__}: {exc}")
+                    result.errors.append(f"at {time.perf_counter() - started:.1f} s, {req.user}: {type(exc).__name__}: {exc}")
                 continue
             with lock:
                 result.statuses[response.status] += 1
@@ -117,16 +117,31 @@ def run_load(port: int, work: list[list[Request]], *, timeout: float = 30.0) -> 
     return result
 
 
+@dataclass
+class Gunicorn:
+    """A :func:`gunicorn` server: its port, and the file it logs to."""
+
+    port: int
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
 @contextlib.contextmanager
-def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int = 8) -> Iterator[int]:
-    """tests/load_app.py under gunicorn (gthread workers) on a free port; yields the port."""
+def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int = 8) -> Iterator[Gunicorn]:
+    """tests/load_app.py under gunicorn (gthread workers) on a free port. What gunicorn and
+    the app log goes to a file beside the database (a pipe nobody reads would block the
+    server once full): ``log_text()`` of what this yields."""
     port = free_port()
+    server = Gunicorn(port, Path(f"{db}.gunicorn-{port}.log"))
     env = dict(os.environ, MEMO_DB=db, MEMO_REDIS_URL=redis_url or "", PYTHONPATH=str(ROOT))
     binary = shutil.which("gunicorn", path=os.path.dirname(sys.executable)) or "gunicorn"
-    process = subprocess.Popen(
-        [binary, "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
-         "--worker-class", "gthread", "--keep-alive", "30", "--log-level", "warning", "tests.load_app:app"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    with open(server.log, "wb") as log:
+        process = subprocess.Popen(
+            [binary, "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
+             "--worker-class", "gthread", "--keep-alive", "30", "--log-level", "warning", "tests.load_app:app"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -140,9 +155,9 @@ def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int =
             finally:
                 conn.close()
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("gunicorn did not start: " + process.stderr.read().decode(errors="replace"))
+                raise RuntimeError("gunicorn did not start: " + server.log_text())
             time.sleep(0.1)
-        yield port
+        yield server
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -150,7 +165,6 @@ def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int =
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-        process.stderr.close()
 
 
 def expected_memories(work: list[list[Request]]) -> collections.Counter:

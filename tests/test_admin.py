@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
-import redis
 from flask import Flask, jsonify, request
 from werkzeug.http import parse_cookie
 

@@ -27,8 +27,8 @@ def test_twenty_threads_of_five_hundred_requests(db, redis_url):
     worker = subprocess.Popen([sys.executable, "-m", "memo_mw", "worker", "--url", redis_url],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        with gunicorn(db, redis_url) as port:
-            result = run_load(port, work)
+        with gunicorn(db, redis_url) as server:
+            result = run_load(server.port, work)
         # The web processes send what they wrote behind as they stop; one stopped while the
         # other held the send lease leaves its last rows in the outbox file, for the next
         # process on the database to send: that next process.
@@ -48,7 +48,8 @@ def test_twenty_threads_of_five_hundred_requests(db, redis_url):
     connection.close()
 
     assert result.sent == 10_000
-    assert result.errors == []
+    assert not result.errors, (f"{len(result.errors)} requests failed, first {result.errors[:3]};"
+                               f" gunicorn logged:\n{server.log_text()[-20_000:]}")
     assert result.statuses == {200: 10_000}  # zero 5xx, zero anything else
     assert result.wrong_replies == 0  # every reply was the app's answer to that request
     assert failed == 0

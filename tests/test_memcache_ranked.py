@@ -11,7 +11,7 @@ import pytest
 from memo_mw import defaults
 from memo_mw.funnel import Funnel
 from memo_mw.maintenance import maintain
-from memo_mw.memcache import DICT_BYTES, RANKED_BYTES, MemoryCache, RankedMemories, UserMemories
+from memo_mw.memcache import DICT_BYTES, RANKED_BYTES, RankedMemories, UserMemories
 from memo_mw.pipeline import Recaller
 from memo_mw.recall import RecallConfig
 from memo_mw.rules import load_rules

@@ -13,7 +13,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-import redis
 from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
 from rq.utils import str_to_date

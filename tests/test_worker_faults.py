@@ -174,19 +174,6 @@ def test_a_read_only_database_is_refused_at_start_up(tmp_path):
     assert "StoreError" in result.stderr and path in result.stderr and "readonly" in result.stderr
 
 
-def test_processes_starting_together_on_a_new_database_all_start(tmp_path):
-    """Web and job workers starting at once race to create the file and its schema."""
-    for round_ in range(3):
-        path = str(tmp_path / f"new-{round_}.db")
-        code = f"from memo_mw.store import check_writable; check_writable({path!r})"
-        starters = [subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE) for _ in range(6)]
-        for process in starters:
-            _, err = process.communicate(timeout=60)
-            assert process.returncode == 0, err.decode()
-        with Store(path) as store:
-            assert store.db["memories"].exists()
-
-
 def test_the_worker_stores_waiting_jobs_in_batches_once_each(db, redis_url):
     app = Flask(__name__)
     app.post("/chat")(lambda: jsonify(ok=True))

@@ -1,0 +1,62 @@
+"""Web and job workers that start together on new files (gunicorn forks its workers at
+once; a deploy starts web and job workers side by side): every one of them starts. A lost
+race for a file's journal mode or schema is retried, never a failed boot, which under
+gunicorn would stop the whole server ("Worker failed to boot")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from memo_mw.outbox import Outbox
+from memo_mw.store import Store
+
+PROCESSES = 4
+ROUNDS = 40
+STEP = 0.05  # seconds between rounds
+
+# Every process opens the same new file in each round, at the same moment: the web
+# worker's outbox, or the store a job worker (or the CLI) opens.
+OPEN = """
+import json, sys, time
+from memo_mw.outbox import Outbox
+from memo_mw.store import Store
+role, folder, start, rounds, step = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+failures = []
+for n in range(rounds):
+    time.sleep(max(0.0, start + n * step - time.time()))
+    try:
+        if role == "outbox":
+            Outbox(f"{folder}/{n}.outbox")
+        else:
+            Store(f"{folder}/{n}.db").close()
+    except Exception as exc:
+        failures.append(repr(exc))
+print(json.dumps(failures))
+"""
+
+
+@pytest.mark.parametrize("role", ["outbox", "store"])
+def test_processes_opening_new_files_together_all_start(tmp_path, role):
+    start = time.time() + 1.5  # past every process's imports
+    processes = [subprocess.Popen([sys.executable, "-c", OPEN, role, str(tmp_path), str(start), str(ROUNDS), str(STEP)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(PROCESSES)]
+    failures = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        assert process.returncode == 0, err
+        failures += json.loads(out)
+    assert failures == []
+    # Every file is whole: the outbox's tables, the store's migrations.
+    for n in range(ROUNDS):
+        if role == "outbox":
+            outbox = Outbox(str(tmp_path / f"{n}.outbox"))
+            assert outbox.count() == 0
+        else:
+            with Store(str(tmp_path / f"{n}.db"), readonly=True) as store:
+                assert store.memories() == []
