@@ -163,15 +163,16 @@ class Admin:
                 return gate.id  # cannot tell: refuse rather than store it
         return None
 
-    def forget_queued(self, user_id: str, match: str | None, ts: int) -> bool:
-        """Take what a deletion names out of the user's waiting jobs and pending memories.
+    def forget_queued(self, user_id: str, match: str | None, ts: int, at: float) -> bool:
+        """Take what a deletion names out of the user's waiting jobs and pending memories (those
+        whose message the server read by ``at``, its own time of the deletion).
 
         Before the deletion itself, so a job that starts meanwhile already sees the request.
         False when the queue could not be reached (the deletion in SQLite still happens).
         """
         if self.backend is None:
             return True
-        marker = forget_marker(match, ts)
+        marker = forget_marker(match, ts, at)
         try:
             spooled = getattr(self.backend, "forget_spooled", None)
             if spooled is not None:  # jobs waiting in the outbox while Redis is down
@@ -385,10 +386,12 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
             found = userdata.memory(store, user, number)
         if found is None:
             raise _Denied(404, "no such memory")
-        ts = admin.now()
-        reached = admin.forget_queued(user, found["content"], ts)
+        # The server's time, to the fraction of a second: waiting statements are ordered against it.
+        at = admin.clock()
+        ts = int(at)
+        reached = admin.forget_queued(user, found["content"], ts, at)
         with admin.store() as store:
-            deleted = userdata.delete(store, user, number, ts=ts, reason=_reason(by_admin))
+            deleted = userdata.delete(store, user, number, ts=ts, reason=_reason(by_admin), at=at)
         if deleted is None:  # deleted meanwhile
             raise _Denied(404, "no such memory")
         return jsonify(deleted=1, id=number, queue_reached=reached)
@@ -403,10 +406,11 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
     @bp.delete("/api/memories")
     def forget_me():
         user, by_admin = admin.user()
-        ts = admin.now()
-        reached = admin.forget_queued(user, None, ts)
+        at = admin.clock()
+        ts = int(at)
+        reached = admin.forget_queued(user, None, ts, at)
         with admin.store() as store:
-            count = store.forget(user, ts=ts, reason=_reason(by_admin))
+            count = store.forget(user, ts=ts, reason=_reason(by_admin), at=at, now=True)
         return jsonify(deleted=count, queue_reached=reached)
 
     @bp.get("/api/export")

@@ -364,9 +364,10 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now:
 @click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True, help="The jobs' queue.")
 def forget(db: str, user: str, match: str | None, url: str | None, queue_name: str) -> None:
     """Physically delete a user's memories (all, or those matching --match); never another user's."""
-    now = int(time.time())
+    at = time.time()  # the server's: waiting statements are ordered against it (userstate.said_by)
+    now = int(at)
     with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
-        count = store.forget(user, match=match, ts=now, reason="cli")
+        count = store.forget(user, match=match, ts=now, reason="cli", at=at, now=True)
     message = f"deleted {count} memories of {user}"
     if url:
         import redis
@@ -376,7 +377,7 @@ def forget(db: str, user: str, match: str | None, url: str | None, queue_name: s
 
         try:
             queue = Queue(queue_name, connection=redis.Redis.from_url(url), serializer=defaults.SERIALIZER)
-            changed = forget_waiting(queue, user, forget_marker(match, now))
+            changed = forget_waiting(queue, user, forget_marker(match, now, at))
         except (redis.RedisError, ValueError) as exc:
             raise click.ClickException(f"{message}, but could not reach Redis at {url}: {exc}") from exc
         message += f"; {changed} waiting jobs changed in Redis"

@@ -124,21 +124,25 @@ def flush_touches(db: str, user_id: str) -> int:
         return store.touch(user_id, counts, ts if ts is not None else int(time.time()))
 
 
-def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "user request") -> int:
+def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "user request",
+           received: float | None = None) -> int:
     """Delete the user's memories, all or those matching ``match``, physically.
+
+    ``received``: when the web process read the request, by its clock (userstate.said_by);
+    None in jobs queued before it was sent.
 
     Under rq, the user's ``remember`` jobs still waiting in Redis (queued, scheduled for a
     retry, or failed) lose what the request names too: they hold the text being forgotten,
     and would otherwise store it again.
     """
     with _open(db) as store:
-        count = store.forget(user_id, match=match, ts=ts, reason=reason)
+        count = store.forget(user_id, match=match, ts=ts, reason=reason, at=received)
     current = _current_job()
     if current is not None:
         from rq import Queue
 
         queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
-        changed = forget_waiting(queue, user_id, forget_marker(match, ts))
+        changed = forget_waiting(queue, user_id, forget_marker(match, ts, received))
         if changed:
             log.info("memo-mw: forget changed %d waiting remember jobs of a user in Redis", changed)
     return count

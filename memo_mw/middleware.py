@@ -259,7 +259,7 @@ class MemoryMiddleware:
             self._note_topics(user_id, now, turn.message)
         state = self._user_state(user_id)
         if result is not None and result.stage == "forget":
-            state = self._note_forget(user_id, forget_marker(result.forget_match, ts), state)
+            state = self._note_forget(user_id, forget_marker(result.forget_match, ts, now), state)
         try:
             memories = self.recaller.recall(user_id, turn.message, now=now, state=state,
                                             recall_all=result.recall_all if result is not None else None)
@@ -299,7 +299,7 @@ class MemoryMiddleware:
             return new_raw
         if result.stage == "forget":
             # A job id, so a retried request does not queue the same forget twice.
-            self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request"],
+            self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request", now],
                           job_id="memo-forget-" + stable_id(user_id, result.forget_match or "", int(ts)))
         if result.candidates:
             # Without a message id or time from the client, a retry within the same minute

@@ -522,5 +522,6 @@ def _with_outbox(state: UserState, rows: list[tuple[str, list[Any]]]) -> UserSta
         if func == REMEMBER:
             pending.append(args[1])
         elif func == FORGET:
-            forgets.append(forget_marker(args[2], args[3]))
+            # (db, user, match, ts, reason[, received]): the server's time when the job carries it
+            forgets.append(forget_marker(args[2], args[3], args[5] if len(args) > 5 else None))
     return state._replace(pending=pending, forgets=forgets)

@@ -19,7 +19,7 @@ from .funnel import Funnel, FunnelResult
 from .memcache import MemoryCache, RankedMemories, UserMemories
 from .recall import RecallConfig, score
 from .store import Store
-from .userstate import EMPTY, UserState, forgotten
+from .userstate import EMPTY, UserState, forgotten, without_forgotten
 from .text import normalize, stable_id
 
 
@@ -263,10 +263,13 @@ def _versions(store: Store, user_id: str) -> tuple[int | None, int]:
 def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:
     """Stored memories as this request sees them: pending statements merged in, whatever a recent
     forget request names left out, expired ones already asked about left out."""
-    if state.pending:
-        memories = merge_pending(memories, state.pending)
+    # Each side against the forget requests by its own times (userstate.said_by): a pending
+    # statement by when the server read it, a stored memory by its source time.
     if state.forgets:
         memories = [m for m in memories if not forgotten(m, state.forgets)]
+    if state.pending:
+        pending = [without_forgotten(p, state.forgets) for p in state.pending] if state.forgets else state.pending
+        memories = merge_pending(memories, pending)
     if state.shown:
         memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
     return memories

@@ -316,14 +316,22 @@ class Store:
                 return ["duplicate_job"]
             # Said before the user asked to forget everything (a job that was slow, retried or
             # replayed late): the user's wish wins.
-            forgot_all = self.db.execute("select max(at) from audit where user_id = ? and action = 'forget_all'",
-                                         [payload["user_id"]]).fetchone()[0]
-            if forgot_all is not None and forgot_all >= int(payload["ts"]):
-                return ["discarded"] * len(payload.get("candidates", []))
-            # ... and what a later "forget that ..." names, likewise.
-            markers = [{"tokens": json.loads(t), "ts": at} for t, at in self.db.execute(
-                "select tokens, at from forget_markers where user_id = ? and at >= ?",
-                [payload["user_id"], int(payload["ts"])])]
+            # A payload the server timed (``received``) meets the forget markers below, which
+            # carry the server's time too; the audit's client-time test is for older payloads.
+            received = payload.get("received")
+            if not isinstance(received, (int, float)):
+                forgot_all = self.db.execute(
+                    "select max(at) from audit where user_id = ? and action = 'forget_all'",
+                    [payload["user_id"]]).fetchone()[0]
+                if forgot_all is not None and forgot_all >= int(payload["ts"]):
+                    return ["discarded"] * len(payload.get("candidates", []))
+            # ... and what a later "forget that ..." names, likewise (userstate.said_by orders them).
+            markers = [{"tokens": json.loads(t), "ts": at, "at": server_at}
+                       for t, at, server_at in self.db.execute(
+                           "select tokens, at, server_at from forget_markers where user_id = ? and at >= ?"
+                           " union select tokens, at, server_at from forget_markers"
+                           " where user_id = ? and server_at >= ?",
+                           [payload["user_id"], int(payload["ts"]), payload["user_id"], received_at(payload)])]
             candidates = without_forgotten(payload, markers)["candidates"] if markers else payload.get("candidates", [])
             # ... and a slot the user edited afterwards (the web page): the edit is the newer word.
             edited = {slot for (slot,) in self.db.execute(
@@ -413,15 +421,22 @@ class Store:
                 f"and confirm_shown_at is null and id in ({marks})", [int(ts), user_id, PENDING_CONFIRM, *counts])
         return updated
 
-    def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str) -> int:
-        """Physically delete the user's memories (all, or those matching ``match``); audit the count."""
+    def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str,
+               at: float | None = None, now: bool = False) -> int:
+        """Physically delete the user's memories (all, or those matching ``match``); audit the count.
+
+        ``at``: when the server read the request (its clock; see userstate.said_by), for the
+        marker that keeps a statement said before it, still waiting for its job, from being
+        stored afterwards. ``now``: the request is carried out as it is made (the web page, the
+        CLI), so every memory stored so far goes, whatever time its client gave it; a job, which
+        may run late, leaves those said after its request (by the same client's times)."""
         with self.write():
-            # What was said after the request is not what it asked to forget (a late or retried job).
-            rows = [r for r in self.memories(user_id, include_inactive=True)
-                    if (r["source_ts"] or r["created_at"] or 0) <= ts]
+            rows = self.memories(user_id, include_inactive=True)
+            if not now:  # what was said after the request is not what it asked to forget
+                rows = [r for r in rows if (r["source_ts"] or r["created_at"] or 0) <= ts]
             if match is not None:
                 rows = [r for r in rows if matches(r, match)]
-                self.mark_forgotten(user_id, match, ts)
+            self.mark_forgotten(user_id, match, ts, at=at)
             count = self._delete(user_id, [r["id"] for r in rows], ts=ts,
                                  action="forget_all" if match is None else "forget_match", reason=reason)
             # Forget me: the profile made from the user's messages goes too (memo_mw.insights).
@@ -430,16 +445,21 @@ class Store:
         self._checkpoint(count + profile)
         return count
 
-    def mark_forgotten(self, user_id: str, match: str, ts: int) -> None:
-        """Record "forget that <match>" (hashed words and time) so no waiting job stores it again.
+    def mark_forgotten(self, user_id: str, match: str | None, ts: int, at: float | None = None) -> None:
+        """Record "forget that <match>" (hashed words and time) so no waiting job stores it again;
+        ``match`` None: everything, recorded when ``at`` (the server's time) is known, as the
+        audit's forget_all (client time) orders only payloads without a receipt time.
 
-        Call inside a write transaction. Markers older than FORGET_MARKER_DAYS go at the same time.
+        Call inside a write transaction. Markers older than FORGET_MARKER_DAYS go at the same
+        time: by the server's clock for those that carry it, else by the client's.
         """
         marker = forget_marker(match, ts)
-        if marker["tokens"]:
-            self.db.execute("delete from forget_markers where at < ?", [int(ts) - defaults.FORGET_MARKER_DAYS * 86400])
-            self.db.execute("insert into forget_markers (user_id, tokens, at) values (?, ?, ?)",
-                            [user_id, json.dumps(marker["tokens"]), int(ts)])
+        if marker["tokens"] or (match is None and at is not None):
+            keep = defaults.FORGET_MARKER_DAYS * 86400
+            self.db.execute("delete from forget_markers where server_at < ? or (server_at is null and at < ?)",
+                            [(time.time() if at is None else float(at)) - keep, int(ts) - keep])
+            self.db.execute("insert into forget_markers (user_id, tokens, at, server_at) values (?, ?, ?, ?)",
+                            [user_id, json.dumps(marker["tokens"]), int(ts), None if at is None else float(at)])
 
     def mark_edited(self, user_id: str, key: str, at: float) -> None:
         """Record that the user edited the memory on slot ``key`` at ``at`` (the server's clock, to the
@@ -575,3 +595,13 @@ def m009_edit_markers(db: sqlite_utils.Database) -> None:
     # wait (FORGET_MARKER_DAYS).
     db.execute("create table edit_markers (user_id text not null, slot text not null, at real not null)")
     db.execute("create index edit_markers_user on edit_markers (user_id, at)")
+
+
+@migrations()
+def m010_forget_marker_server_time(db: sqlite_utils.Database) -> None:
+    # When the server read a forget request (its own clock, fractional): a waiting statement
+    # is ordered against it by its own receipt time (a payload's ``received``), not by the two
+    # client times, which a deletion on the web page (server time) cannot be compared with.
+    # Null for markers made before, and for requests whose receipt time is not known.
+    db.execute("alter table forget_markers add column server_at real")
+    db.execute("create index forget_markers_user_server_at on forget_markers (user_id, server_at)")

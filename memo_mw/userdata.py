@@ -126,15 +126,17 @@ def edit(store: Store, user_id: str, memory_id: int, content: str, *, ts: int, r
     return outcome, result
 
 
-def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str) -> dict[str, Any] | None:
-    """Physically delete one memory of the user (audit ``delete``); the deleted memory, or None."""
+def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str,
+           at: float | None = None) -> dict[str, Any] | None:
+    """Physically delete one memory of the user (audit ``delete``); the deleted memory, or None.
+    ``at``: the server's time of the deletion, to the fraction of a second (Store.mark_forgotten)."""
     with store.write():
         row = memory(store, user_id, memory_id)
         if row is None:
             return None
         store._delete(user_id, [memory_id], ts=ts, action="delete", reason=reason)
         # A statement of it still waiting in a queue (Redis down, a retry) must not bring it back.
-        store.mark_forgotten(user_id, row["content"], ts)
+        store.mark_forgotten(user_id, row["content"], ts, at=at)
     store._checkpoint(1)
     return row
 

@@ -42,27 +42,47 @@ MATCH_SHARE = 0.6
 
 class UserState(NamedTuple):
     pending: list[dict[str, Any]]
-    forgets: list[dict[str, Any]]  # forget_marker(): {"tokens": hashes or None (everything), "ts"}
+    forgets: list[dict[str, Any]]  # forget_marker(): {"tokens": hashes or None (everything), "ts"[, "at"]}
     shown: set[int]
 
 
 EMPTY = UserState([], [], set())
 
 
-def forget_marker(match: str | None, ts: float) -> dict[str, Any]:
+def forget_marker(match: str | None, ts: float, at: float | None = None) -> dict[str, Any]:
     """What is kept of a forget request: when, and the hashes of its words (never the words).
 
     The marker outlives the request by minutes; holding the very text the user asked to
     forget in Redis that long would defeat the purpose, so it holds one-way hashes that
     can only be compared with a memory's own words.
+
+    ``ts`` is the request's time as its client gave it; ``at``, when the server read it, by
+    the server's clock (see :func:`said_by`).
     """
-    return {"tokens": None if match is None else sorted(_hashed(tokens(match))), "ts": int(ts)}
+    marker = {"tokens": None if match is None else sorted(_hashed(tokens(match))), "ts": int(ts)}
+    if at is not None:
+        marker["at"] = float(at)
+    return marker
+
+
+def said_by(said: dict[str, Any], forget: dict[str, Any]) -> bool:
+    """Whether what ``said`` holds (a memory, or a pending payload's candidate) was said by the
+    time of the forget request ``forget`` (a :func:`forget_marker`).
+
+    When both carry the server's time (a payload's ``received``, a marker's ``at``) they are
+    compared: a client's clock then orders nothing, so a deletion on the memories page (the
+    server's time) is ordered right against statements from a client whose clock is ahead or
+    behind. Otherwise the client times are compared (``source_ts`` with the marker's ``ts``),
+    which for a chat's own "forget that" are the same client's clock."""
+    received, at = said.get("received"), forget.get("at")
+    if isinstance(received, (int, float)) and isinstance(at, (int, float)):
+        return received <= at
+    return (said.get("source_ts") or said.get("created_at") or 0) <= forget["ts"]
 
 
 def forgotten(memory: dict[str, Any], forgets: list[dict[str, Any]]) -> bool:
     """Whether a forget request made after this memory was said names it (see store.matches)."""
-    said = memory.get("source_ts") or memory.get("created_at") or 0
-    relevant = [f for f in forgets if said <= f["ts"]]
+    relevant = [f for f in forgets if said_by(memory, f)]
     if not relevant:
         return False
     if any(f["tokens"] is None for f in relevant):
@@ -78,7 +98,7 @@ def _hashed(words: frozenset[str]) -> set[str]:
 
 def without_forgotten(payload: dict[str, Any], forgets: list[dict[str, Any]]) -> dict[str, Any]:
     """The payload less the candidates a forget request made after it names."""
-    said = {"source_ts": payload["ts"]}
+    said = {"source_ts": payload["ts"], "received": payload.get("received")}
     kept = [c for c in payload.get("candidates", []) if not forgotten({**c, **said}, forgets)]
     return {**payload, "candidates": kept}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -529,6 +530,43 @@ def test_an_edit_is_not_undone_by_a_statement_waiting_for_its_job(request, db, r
     say(client, "alice", "I live in Ogdenville", ts=1_700_000_600)
     settle(app, redis_url)
     assert [m["content"] for m in Store(db).memories("alice")] == ["lives in Ogdenville"]
+
+
+@pytest.mark.parametrize("forget_me", [False, True], ids=["delete", "forget-me"])
+@pytest.mark.parametrize("redis", [True, False], ids=["redis", "embedded"])
+def test_a_deletion_is_not_undone_by_a_statement_from_a_client_clock_ahead(request, db, rules, redis, forget_me):
+    """The page deletes by the server's clock; the chat's statements carry the client's ts,
+    here a year ahead. The memory goes, and a statement the server read before the deletion,
+    still waiting for its job, does not bring it back: they are ordered by when the server
+    read them."""
+    redis_url = request.getfixturevalue("redis_url") if redis else None
+    app = make_app(db, rules, redis_url=redis_url)
+    client = app.test_client()
+    ahead = int(time.time()) + 365 * 86400
+    say(client, "alice", "I love zanzibarian oolong", ts=ahead)
+    settle(app, redis_url)
+    memory_id = alice_id(db, "likes zanzibarian oolong")
+    if redis:  # said again before the deletion: the job waits in Redis
+        say(client, "alice", "I love zanzibarian oolong", ts=ahead + 10)
+        send_waiting()
+        assert b"zanzibarian" in all_redis_text(redis_url)
+    else:  # a job replayed late: the same payload, read by the server before the deletion
+        from memo_mw.pipeline import remember_payload
+
+        late = remember_payload(app.wsgi_app.funnel.process("I love zanzibarian oolong"), user_id="alice",
+                                session_id="s", ts=ahead + 10, message_id=None, time_key=ahead + 10,
+                                received=time.time())
+    time.sleep(0.01)
+    path = "/memo/api/memories" if forget_me else f"/memo/api/memories/{memory_id}"
+    assert client.delete(path, headers=as_user("alice")).json["deleted"] == 1
+    if not redis:
+        assert Store(db).remember(late) == ["discarded"]
+    settle(app, redis_url)
+    assert contents(db, "alice") == []
+    # Said after the deletion, it is stored again, whatever the client's clock says.
+    say(client, "alice", "I love zanzibarian oolong", ts=ahead - 86400)
+    settle(app, redis_url)
+    assert contents(db, "alice") == ["likes zanzibarian oolong"]
 
 
 def test_delete_in_embedded_mode_runs_what_the_job_thread_holds_first(db, rules):

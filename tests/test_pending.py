@@ -87,3 +87,27 @@ def test_embedded_mode_reads_its_own_writes(db):
     middleware.queue.join()
     assert middleware.queue.state.read("alice").pending == []  # dropped once the job stored it
     assert [m["id"] is not None for m in client.post("/chat", **plain("bossa nova?")).json["memories"]] == [True]
+
+
+def test_pending_statements_meet_forget_requests_by_the_servers_time():
+    """recall's view (pipeline.visible): a pending statement is left out by a forget request
+    the server read after it, and kept when the server read it after the request, whatever
+    the clients' times say; a stored memory is ordered by its source time."""
+    from memo_mw.pipeline import visible
+    from memo_mw.userstate import UserState, forget_marker
+
+    def pending(content, key, ts, received):
+        return {"user_id": "u", "session_id": "s", "ts": ts, "message_id": None, "received": received,
+                "candidates": [{"type": "preference", "key": key, "polarity": 1, "content": content,
+                                "excerpt": content, "confidence": 0.7, "ttl_days": None}]}
+
+    at = 1_700_000_000.5
+    page = forget_marker("likes oolong tea", int(at), at)  # a page deletion: the server's time
+    state = UserState([pending("likes oolong tea", "oolong tea", int(at) + 86400, at - 1),  # before, clock ahead
+                       pending("likes oolong tea", "oolong tea", int(at) - 86400, at + 1),  # after, clock behind
+                       pending("likes jazz", "jazz", int(at) + 86400, at - 1)], [page], set())
+    stored = [{"id": 1, "user_id": "u", "key": "oolong tea", "polarity": 1, "content": "likes oolong tea",
+               "excerpt": "", "status": "active", "active": True, "source_ts": int(at) - 5, "created_at": int(at) - 5}]
+    shown = visible(stored, state)
+    assert sorted((m["id"], m["content"], m["source_ts"]) for m in shown) == [
+        (None, "likes jazz", int(at) + 86400), (None, "likes oolong tea", int(at) - 86400)]

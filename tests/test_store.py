@@ -147,6 +147,49 @@ def received(content, key, at, **kwargs):
     return {**payload(content, key, **kwargs), "received": at}
 
 
+def test_forget_markers_order_statements_by_the_servers_receipt_time(tmp_path):
+    """A marker with the server's time (a page deletion, a chat forget the middleware read)
+    meets a payload's receipt time; the client times (ts) order only what lacks either."""
+    store = Store(str(tmp_path / "m.db"))
+    at = 1_700_000_100.5
+    with store.write():
+        store.mark_forgotten("u1", "likes green tea", int(at), at=at)
+    # Read before the deletion, from a client a year ahead: forgotten.
+    assert store.remember(received("likes green tea", "tea", at - 0.1, ts=int(at) + 365 * 86400)) == ["discarded"]
+    # Read after it, from a client a day behind: stored.
+    assert store.remember(received("likes green tea", "tea", at + 0.1, ts=int(at) - 86400)) == ["stored"]
+    assert store.remember(payload("likes green tea", "tea", user="u2", ts=int(at) - 86400)) == ["stored"]  # another user
+    # No receipt time (a job queued before payloads carried one): the client's ts, as before.
+    store2 = Store(str(tmp_path / "m2.db"))
+    with store2.write():
+        store2.mark_forgotten("u1", "likes green tea", int(at), at=at)
+    assert store2.remember(payload("likes green tea", "tea", ts=int(at) - 10)) == ["discarded"]
+    assert store2.remember(payload("likes green tea", "tea", ts=int(at) + 10)) == ["stored"]
+
+
+def test_forget_all_with_the_servers_time_orders_statements_by_receipt(tmp_path):
+    store = Store(str(tmp_path / "m.db"))
+    at = 1_700_000_100.5
+    assert store.remember(payload("likes jazz", "jazz")) == ["stored"]
+    assert store.remember(payload("likes bebop", "bebop", ts=int(at) + 365 * 86400)) == ["stored"]  # a clock ahead
+    # A (late) job's forget leaves what its client said after it; one carried out now does not.
+    assert store.forget("u1", ts=int(at), reason="test") == 1
+    assert [m["content"] for m in store.memories("u1")] == ["likes bebop"]
+    assert store.forget("u1", ts=int(at), reason="test", at=at, now=True) == 1
+    # Said before "forget me" (its job late), from a client clock ahead: not stored.
+    assert store.remember(received("likes blues", "blues", at - 1, ts=int(at) + 86400)) == ["discarded"]
+    # Said after it, from a client clock behind: stored (the audit's client time does not rule it).
+    assert store.remember(received("likes funk", "funk", at + 1, ts=int(at) - 86400)) == ["stored"]
+    # Without a receipt time, the audit's forget_all decides by the client's ts, as before.
+    assert store.remember(payload("likes soul", "soul", ts=int(at) - 5)) == ["discarded"]
+    assert [m["content"] for m in store.memories("u1")] == ["likes funk"]
+    # No words are kept for "everything"; markers of the server's time age by it.
+    assert store.db.execute("select tokens from forget_markers where server_at is not null").fetchall() == [("null",)]
+    with store.write():
+        store.mark_forgotten("u1", "likes funk", int(at), at=at + 9 * 86400)
+    assert store.db.execute("select count(*) from forget_markers").fetchone()[0] == 1
+
+
 def test_an_edit_marker_discards_what_was_said_of_the_slot_before_it_only(tmp_path):
     store = Store(str(tmp_path / "m.db"))
     with store.write():
