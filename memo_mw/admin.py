@@ -172,7 +172,7 @@ class Admin:
         """
         if self.backend is None:
             return True
-        marker = forget_marker(match, ts, at)
+        marker = forget_marker(match, ts, at, pending_only=True)  # the store deletes at once
         try:
             spooled = getattr(self.backend, "forget_spooled", None)
             if spooled is not None:  # jobs waiting in the outbox while Redis is down

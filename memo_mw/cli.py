@@ -377,7 +377,7 @@ def forget(db: str, user: str, match: str | None, url: str | None, queue_name: s
 
         try:
             queue = Queue(queue_name, connection=redis.Redis.from_url(url), serializer=defaults.SERIALIZER)
-            changed = forget_waiting(queue, user, forget_marker(match, now, at))
+            changed = forget_waiting(queue, user, forget_marker(match, now, at, pending_only=True))
         except (redis.RedisError, ValueError) as exc:
             raise click.ClickException(f"{message}, but could not reach Redis at {url}: {exc}") from exc
         message += f"; {changed} waiting jobs changed in Redis"

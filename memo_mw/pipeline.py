@@ -265,8 +265,9 @@ def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, 
     forget request names left out, expired ones already asked about left out."""
     # Each side against the forget requests by its own times (userstate.said_by): a pending
     # statement by when the server read it, a stored memory by its source time.
-    if state.forgets:
-        memories = [m for m in memories if not forgotten(m, state.forgets)]
+    stored_forgets = [f for f in state.forgets if not f.get("pending_only")] if state.forgets else None
+    if stored_forgets:
+        memories = [m for m in memories if not forgotten(m, stored_forgets)]
     if state.pending:
         pending = [without_forgotten(p, state.forgets) for p in state.pending] if state.forgets else state.pending
         memories = merge_pending(memories, pending)

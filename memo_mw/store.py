@@ -447,17 +447,16 @@ class Store:
 
     def mark_forgotten(self, user_id: str, match: str | None, ts: int, at: float | None = None) -> None:
         """Record "forget that <match>" (hashed words and time) so no waiting job stores it again;
-        ``match`` None: everything, recorded when ``at`` (the server's time) is known, as the
-        audit's forget_all (client time) orders only payloads without a receipt time.
+        ``match`` None: everything (tokens ``null``; the audit's forget_all orders only payloads
+        without a receipt time). ``at``: the server's time of the request, when known.
 
         Call inside a write transaction. Markers older than FORGET_MARKER_DAYS go at the same
-        time: by the server's clock for those that carry it, else by the client's.
+        time, by this process's clock (a client's may be far ahead or behind).
         """
         marker = forget_marker(match, ts)
-        if marker["tokens"] or (match is None and at is not None):
-            keep = defaults.FORGET_MARKER_DAYS * 86400
-            self.db.execute("delete from forget_markers where server_at < ? or (server_at is null and at < ?)",
-                            [(time.time() if at is None else float(at)) - keep, int(ts) - keep])
+        if marker["tokens"] or match is None:
+            self.db.execute("delete from forget_markers where coalesce(server_at, at) < ?",
+                            [time.time() - defaults.FORGET_MARKER_DAYS * 86400])
             self.db.execute("insert into forget_markers (user_id, tokens, at, server_at) values (?, ?, ?, ?)",
                             [user_id, json.dumps(marker["tokens"]), int(ts), None if at is None else float(at)])
 

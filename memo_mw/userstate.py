@@ -49,7 +49,8 @@ class UserState(NamedTuple):
 EMPTY = UserState([], [], set())
 
 
-def forget_marker(match: str | None, ts: float, at: float | None = None) -> dict[str, Any]:
+def forget_marker(match: str | None, ts: float, at: float | None = None, *,
+                  pending_only: bool = False) -> dict[str, Any]:
     """What is kept of a forget request: when, and the hashes of its words (never the words).
 
     The marker outlives the request by minutes; holding the very text the user asked to
@@ -57,11 +58,16 @@ def forget_marker(match: str | None, ts: float, at: float | None = None) -> dict
     can only be compared with a memory's own words.
 
     ``ts`` is the request's time as its client gave it; ``at``, when the server read it, by
-    the server's clock (see :func:`said_by`).
+    the server's clock (see :func:`said_by`). ``pending_only``: the deletion itself is done in
+    the store at once (the web page, the CLI), so the marker is for what waits (pending
+    statements, queued jobs) and recall does not hold stored memories against it: those carry
+    only their client's time, which a server time cannot be compared with.
     """
-    marker = {"tokens": None if match is None else sorted(_hashed(tokens(match))), "ts": int(ts)}
+    marker: dict[str, Any] = {"tokens": None if match is None else sorted(_hashed(tokens(match))), "ts": int(ts)}
     if at is not None:
         marker["at"] = float(at)
+    if pending_only:
+        marker["pending_only"] = True
     return marker
 
 

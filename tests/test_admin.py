@@ -563,10 +563,14 @@ def test_a_deletion_is_not_undone_by_a_statement_from_a_client_clock_ahead(reque
         assert Store(db).remember(late) == ["discarded"]
     settle(app, redis_url)
     assert contents(db, "alice") == []
-    # Said after the deletion, it is stored again, whatever the client's clock says.
-    say(client, "alice", "I love zanzibarian oolong", ts=ahead - 86400)
+    # Said after the deletion from a client a day behind the server, it is stored again, and
+    # recalled: neither the job nor recall compares its client time with the deletion's.
+    say(client, "alice", "I love zanzibarian oolong", ts=int(time.time()) - 86400)
     settle(app, redis_url)
     assert contents(db, "alice") == ["likes zanzibarian oolong"]
+    reply = client.post("/chat", json={"message": "any zanzibarian oolong tips?", "session_id": "s"},
+                        headers={"X-User-Id": "alice"}).json
+    assert [m["content"] for m in reply["memories"]] == ["likes zanzibarian oolong"]
 
 
 def test_delete_in_embedded_mode_runs_what_the_job_thread_holds_first(db, rules):

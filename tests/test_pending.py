@@ -102,12 +102,20 @@ def test_pending_statements_meet_forget_requests_by_the_servers_time():
                                 "excerpt": content, "confidence": 0.7, "ttl_days": None}]}
 
     at = 1_700_000_000.5
-    page = forget_marker("likes oolong tea", int(at), at)  # a page deletion: the server's time
+    page = forget_marker("likes oolong tea", int(at), at, pending_only=True)  # a page deletion
     state = UserState([pending("likes oolong tea", "oolong tea", int(at) + 86400, at - 1),  # before, clock ahead
                        pending("likes oolong tea", "oolong tea", int(at) - 86400, at + 1),  # after, clock behind
                        pending("likes jazz", "jazz", int(at) + 86400, at - 1)], [page], set())
-    stored = [{"id": 1, "user_id": "u", "key": "oolong tea", "polarity": 1, "content": "likes oolong tea",
-               "excerpt": "", "status": "active", "active": True, "source_ts": int(at) - 5, "created_at": int(at) - 5}]
-    shown = visible(stored, state)
-    assert sorted((m["id"], m["content"], m["source_ts"]) for m in shown) == [
-        (None, "likes jazz", int(at) + 86400), (None, "likes oolong tea", int(at) - 86400)]
+    shown = visible([], state)
+    assert sorted((m["content"], m["source_ts"]) for m in shown) == [
+        ("likes jazz", int(at) + 86400), ("likes oolong tea", int(at) - 86400)]
+    # A stored memory carries only its client's time: the page's marker (its deletion done in
+    # the store) does not hide one said after it from a clock behind; a chat's own "forget
+    # that" (the same client's times) hides what that client said before it.
+    stored = [{"id": 1, "user_id": "u", "key": "green tea", "polarity": 1, "content": "likes oolong tea",
+               "excerpt": "", "status": "active", "active": True, "source_ts": int(at) - 86400,
+               "created_at": int(at) - 86400}]
+    page = forget_marker("likes oolong tea", int(at), at, pending_only=True)
+    assert [m["id"] for m in visible(stored, UserState([], [page], set()))] == [1]
+    chat = forget_marker("likes oolong tea", int(at) - 80000, at)
+    assert visible(stored, UserState([], [chat], set())) == []

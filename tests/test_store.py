@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_forget_markers_order_statements_by_the_servers_receipt_time(tmp_path):
     assert store.remember(received("likes green tea", "tea", at - 0.1, ts=int(at) + 365 * 86400)) == ["discarded"]
     # Read after it, from a client a day behind: stored.
     assert store.remember(received("likes green tea", "tea", at + 0.1, ts=int(at) - 86400)) == ["stored"]
-    assert store.remember(payload("likes green tea", "tea", user="u2", ts=int(at) - 86400)) == ["stored"]  # another user
+    assert store.remember(received("likes green tea", "tea", at - 1, user="u2", ts=int(at) - 86400)) == ["stored"]
     # No receipt time (a job queued before payloads carried one): the client's ts, as before.
     store2 = Store(str(tmp_path / "m2.db"))
     with store2.write():
@@ -183,11 +184,31 @@ def test_forget_all_with_the_servers_time_orders_statements_by_receipt(tmp_path)
     # Without a receipt time, the audit's forget_all decides by the client's ts, as before.
     assert store.remember(payload("likes soul", "soul", ts=int(at) - 5)) == ["discarded"]
     assert [m["content"] for m in store.memories("u1")] == ["likes funk"]
-    # No words are kept for "everything"; markers of the server's time age by it.
+    # No words are kept for "everything".
     assert store.db.execute("select tokens from forget_markers where server_at is not null").fetchall() == [("null",)]
+
+
+def test_a_forget_all_without_the_servers_time_still_orders_timed_payloads(tmp_path):
+    """A forget job queued before jobs carried their receipt time (or a replay) leaves a
+    marker of the client's time: a timed payload said before it is still discarded."""
+    store = Store(str(tmp_path / "m.db"))
+    t = 1_700_000_100
+    assert store.forget("u1", ts=t, reason="test") == 0
+    assert store.remember(received("likes blues", "blues", t - 50, ts=t - 50)) == ["discarded"]
+    assert store.remember(received("likes funk", "funk", t + 50, ts=t + 50)) == ["stored"]
+
+
+def test_forget_markers_age_by_this_process_clock(tmp_path):
+    """Not by a request's time: a client a year ahead does not drop other users' markers."""
+    store = Store(str(tmp_path / "m.db"))
+    now = time.time()
     with store.write():
-        store.mark_forgotten("u1", "likes funk", int(at), at=at + 9 * 86400)
-    assert store.db.execute("select count(*) from forget_markers").fetchone()[0] == 1
+        store.mark_forgotten("u1", "likes jazz", int(now) - 9 * 86400)  # older than a job can wait
+        store.mark_forgotten("u2", "likes tango", int(now) - 60)
+        store.mark_forgotten("u3", "likes salsa", int(now) - 60, at=now - 60)
+        store.mark_forgotten("u4", "likes polka", int(now) + 365 * 86400)  # its client's clock ahead
+    users = [u for (u,) in store.db.execute("select user_id from forget_markers order by user_id")]
+    assert users == ["u2", "u3", "u4"]
 
 
 def test_an_edit_marker_discards_what_was_said_of_the_slot_before_it_only(tmp_path):
