@@ -210,16 +210,29 @@ def _prepare(db: sqlite_utils.Database, path: str) -> None:
     retry_setup(prepare)
 
 
+#: How long the start-up write check waits for another writer's lock (milliseconds).
+_CHECK_BUSY_MS = 500
+
+
 def check_writable(path: str | Path) -> None:
     """A start-up check: the file opens as a memo-mw database (migrated) and takes a write.
 
     Raises :class:`StoreError` naming the path: a wrong, corrupt or read-only database is
     found when the app or worker starts, not by the first job that tries to store a memory.
+    A database that another process holds the write lock of past the busy timeout (a long
+    transaction of a worker) passes with a warning: it is a database, and being written. A
+    start-up that failed on it would stop more than this process: under gunicorn, a worker
+    that fails to boot stops the whole server.
     """
     db = connect(path)
     try:
         version = db.execute("PRAGMA user_version").fetchone()[0]
+        db.execute(f"PRAGMA busy_timeout = {_CHECK_BUSY_MS}")  # a held lock answers the question too
         db.execute(f"PRAGMA user_version = {int(version)}")  # a write that changes nothing
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
+        log.warning("memo-mw: %r is locked by another writer; starting without the write check", str(path))
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
     finally:

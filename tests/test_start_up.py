@@ -1,7 +1,8 @@
 """Web and job workers that start together on new files (gunicorn forks its workers at
-once; a deploy starts web and job workers side by side): every one of them starts. A lost
-race for a file's journal mode or schema is retried, never a failed boot, which under
-gunicorn would stop the whole server ("Worker failed to boot")."""
+once; a deploy starts web and job workers side by side), or while a job worker holds the
+database's write lock: every one of them starts. A lost race for a file's journal mode or
+schema is retried, a held lock passes the start-up write check with a warning: never a
+failed boot, which under gunicorn would stop the whole server ("Worker failed to boot")."""
 
 from __future__ import annotations
 
@@ -60,3 +61,31 @@ def test_processes_opening_new_files_together_all_start(tmp_path, role):
         else:
             with Store(str(tmp_path / f"{n}.db"), readonly=True) as store:
                 assert store.memories() == []
+
+
+def test_gunicorn_starts_while_a_worker_holds_the_database_write_lock(tmp_path):
+    """A job worker's long transaction (a big forget, maintenance) while web workers boot:
+    they start, with a warning, instead of failing to boot, which stops the whole server."""
+    import http.client
+    import sqlite3
+
+    from .loadgen import gunicorn
+
+    db = str(tmp_path / "memo.db")
+    Store(db).close()
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the write lock, held as a job worker's transaction holds it
+    try:
+        with gunicorn(db, None, workers=2, threads=2) as server:
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("POST", "/chat", body=json.dumps({"message": "hello there"}),
+                         headers={"Content-Type": "application/json", "X-User-Id": "u1"})
+            response = conn.getresponse()
+            assert response.status == 200 and json.loads(response.read())["echo"] == "hello there"
+            conn.close()
+            log = server.log_text()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "locked by another writer" in log
+    assert "Worker failed to boot" not in log
