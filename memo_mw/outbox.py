@@ -81,11 +81,17 @@ class Outbox:
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
             conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
                                    isolation_level=None, check_same_thread=False)
-            retry_setup(lambda: conn.execute("pragma journal_mode=wal"))
-            # A committed row survives the process without an fsync per row (WAL, NORMAL):
-            # like a job in Redis, only a crash of the machine itself can lose the last ones.
-            conn.execute("pragma synchronous=normal")
-            conn.execute("pragma secure_delete=on")
+            try:
+                # Switched once, by the first connection (a race __init__ retries); the file stays WAL.
+                if conn.execute("pragma journal_mode").fetchone()[0] != "wal":
+                    conn.execute("pragma journal_mode=wal")
+                # A committed row survives the process without an fsync per row (WAL, NORMAL):
+                # like a job in Redis, only a crash of the machine itself can lose the last ones.
+                conn.execute("pragma synchronous=normal")
+                conn.execute("pragma secure_delete=on")
+            except BaseException:
+                conn.close()
+                raise
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 

@@ -181,22 +181,30 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite_utils.Databas
 _SETUP_RACES = ("locked", "already exists", "duplicate column")
 
 
-def retry_setup(setup: Callable[[], T]) -> T:
+#: How long a start-up step is retried (seconds): past a migration another process is applying
+#: to a large file. Under gunicorn a worker slower than its timeout to boot is restarted; one
+#: whose boot raises stops the server.
+SETUP_DEADLINE = 60.0
+
+
+def retry_setup(setup: Callable[[], T], *, deadline: float | None = None) -> T:
     """Run ``setup`` (a journal mode switch, a schema) until it does not lose a start-up race.
 
     Processes that start together on a new file (web workers, job workers) race: switching
-    the journal mode does not wait on the busy timeout, and two may try the same migration.
-    The loser tries again, up to 20 times over about 4 seconds, and finds it done; any other
-    error is raised at once."""
+    the journal mode does not wait on the busy timeout, and two may try the same migration,
+    or one waits out the busy timeout behind another's. The loser tries again and finds it
+    done, for up to ``deadline`` seconds (SETUP_DEADLINE) in all; any other error is raised
+    at once, and the last one when the time is up."""
+    ends = time.monotonic() + (SETUP_DEADLINE if deadline is None else deadline)
     attempt = 0
     while True:
         try:
             return setup()
         except sqlite3.OperationalError as exc:
-            if attempt >= 20 or not any(race in str(exc) for race in _SETUP_RACES):
+            if not any(race in str(exc) for race in _SETUP_RACES) or time.monotonic() >= ends:
                 raise
             attempt += 1
-            time.sleep(0.02 * attempt)
+            time.sleep(min(0.02 * attempt, 0.5, max(0.0, ends - time.monotonic())))
 
 
 def _prepare(db: sqlite_utils.Database, path: str) -> None:

@@ -119,10 +119,11 @@ def run_load(port: int, work: list[list[Request]], *, timeout: float = 30.0) -> 
 
 @dataclass
 class Gunicorn:
-    """A :func:`gunicorn` server: its port, and the file it logs to."""
+    """A :func:`gunicorn` server: its port, the file it logs to, and its master process."""
 
     port: int
     log: Path
+    process: subprocess.Popen | None = None
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -142,6 +143,7 @@ def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int =
             [binary, "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
              "--worker-class", "gthread", "--keep-alive", "30", "--log-level", "warning", "tests.load_app:app"],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    server.process = process
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -159,7 +161,8 @@ def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int =
             time.sleep(0.1)
         yield server
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # it may have stopped: the test says why
+            os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:

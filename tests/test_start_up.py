@@ -14,7 +14,7 @@ import time
 import pytest
 
 from memo_mw.outbox import Outbox
-from memo_mw.store import Store
+from memo_mw.store import Store, retry_setup
 
 PROCESSES = 4
 ROUNDS = 40
@@ -25,11 +25,14 @@ STEP = 0.05  # seconds between rounds
 OPEN = """
 import json, sys, time
 from memo_mw.outbox import Outbox
-from memo_mw.store import Store
+from memo_mw.store import Store, retry_setup
 role, folder, start, rounds, step = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 failures = []
 for n in range(rounds):
-    time.sleep(max(0.0, start + n * step - time.time()))
+    at = start + n * step
+    time.sleep(max(0.0, at - 0.01 - time.time()))
+    while time.time() < at:  # the last few ms spun: a sleep wakes up too unevenly for a race
+        pass
     try:
         if role == "outbox":
             Outbox(f"{folder}/{n}.outbox")
@@ -83,9 +86,46 @@ def test_gunicorn_starts_while_a_worker_holds_the_database_write_lock(tmp_path):
             response = conn.getresponse()
             assert response.status == 200 and json.loads(response.read())["echo"] == "hello there"
             conn.close()
+            # One answer says one worker is up; the other's boot (its check waits 0.5 s on the
+            # lock) is over well within this, and a failed one would have stopped the server.
+            time.sleep(4)
+            assert server.process.poll() is None, server.log_text()
             log = server.log_text()
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     assert "locked by another writer" in log
     assert "Worker failed to boot" not in log
+
+
+def test_retry_setup_retries_a_lost_race_only_and_until_its_deadline():
+    import sqlite3
+
+    calls = []
+
+    def locked_twice():
+        calls.append(1)
+        if len(calls) <= 2:
+            raise sqlite3.OperationalError("database is locked")
+        return "done"
+
+    assert retry_setup(locked_twice) == "done" and len(calls) == 3
+
+    def broken():
+        calls.append(1)
+        raise sqlite3.OperationalError("no such table: memories")
+
+    calls.clear()
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        retry_setup(broken)
+    assert len(calls) == 1  # not a race: raised at once
+
+    def always_locked():
+        calls.append(1)
+        raise sqlite3.OperationalError("database is locked")
+
+    calls.clear()
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        retry_setup(always_locked, deadline=0.3)
+    assert len(calls) > 1 and 0.3 <= time.monotonic() - started < 5
