@@ -377,3 +377,16 @@ def test_a_late_forget_leaves_what_was_said_after_it(db):
                             "candidates": [c.as_dict() for c in result.candidates]})
     jobs.forget(db, "alice", "kalimba", 200, "user request")  # asked at 200, run late
     assert stored(db) == [("alice", "likes kalimba music")]
+
+
+def test_spooled_forgets_keep_the_servers_time_when_their_job_carries_it():
+    """A forget job waiting in the outbox is read back as a marker with the server's time (its
+    sixth argument), or with the client's time alone for a job queued without it."""
+    from memo_mw.outbox import _with_outbox
+    from memo_mw.queue import FORGET
+    from memo_mw.userstate import EMPTY
+
+    state = _with_outbox(EMPTY, [(FORGET, ["db", "alice", None, 1_700_000_000, "user request", 1_700_000_000.25]),
+                                 (FORGET, ["db", "alice", "kalimba", 1_700_000_100, "user request"])])
+    assert [(f["tokens"] is None, f["ts"], f.get("at")) for f in state.forgets] == [
+        (True, 1_700_000_000, 1_700_000_000.25), (False, 1_700_000_100, None)]
