@@ -560,7 +560,8 @@ def m006_forget_markers(db: sqlite_utils.Database) -> None:
     # "Forget that ...": the request's marker (hashed tokens, never the words, see
     # memo_mw.userstate.forget_marker) and its time, so a job that was waiting anywhere (in Redis,
     # in an outbox, in a retry) when the user asked cannot store it again. Kept as long as a job
-    # can wait (FORGET_MARKER_DAYS). "Forget everything" is the audit row of action forget_all.
+    # can wait (FORGET_MARKER_DAYS). "Forget everything" is the audit row of action forget_all
+    # (and, from m010 on, a marker with tokens null too).
     db.execute("create table forget_markers (user_id text not null, tokens text not null, at integer not null)")
     db.execute("create index forget_markers_user on forget_markers (user_id, at)")
 

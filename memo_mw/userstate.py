@@ -5,8 +5,9 @@ Three things live here, for :data:`memo_mw.defaults.PENDING_TTL` seconds at most
 * **pending** remember payloads, captured but not stored yet: recall merges them in, so the
   next request reads its own writes; the ``remember`` job drops its payload once stored;
 * **forgets**, the user's recent forget requests (when, and hashes of what): recall hides what they
-  name from every request until the ``forget`` job has run, and a ``remember`` job that
-  started before the forget does not store what it names;
+  name from every request until the ``forget`` job has run (after a deletion on the web page
+  or by the CLI, which the store has already made, only pending statements), and a
+  ``remember`` job that started before the forget does not store what it names;
 * **shown** confirmations: expired memories recall has already asked about, so each is
   asked about once even before the ``touch`` job records it;
 * **touches** (Redis only): recall counts per memory, applied in batches by one
