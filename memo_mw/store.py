@@ -26,7 +26,7 @@ from . import defaults
 from .exceptions import StoreError
 from .index import memory_terms
 from .text import normalize, tokens
-from .userstate import MATCH_SHARE, forget_marker, received_at, without_forgotten
+from .userstate import MATCH_SHARE, forget_marker, receipt, received_at, without_forgotten
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -237,12 +237,10 @@ def check_writable(path: str | Path) -> None:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         db.execute(f"PRAGMA busy_timeout = {_CHECK_BUSY_MS}")  # a held lock answers the question too
         db.execute(f"PRAGMA user_version = {int(version)}")  # a write that changes nothing
-    except sqlite3.OperationalError as exc:
-        if "locked" not in str(exc) and "busy" not in str(exc):
+    except sqlite3.DatabaseError as exc:
+        if not isinstance(exc, sqlite3.OperationalError) or not ("locked" in str(exc) or "busy" in str(exc)):
             raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
         log.warning("memo-mw: %r is locked by another writer; starting without the write check", str(path))
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
     finally:
         db.close()
 
@@ -339,8 +337,7 @@ class Store:
             # replayed late): the user's wish wins.
             # A payload the server timed (``received``) meets the forget markers below, which
             # carry the server's time too; the audit's client-time test is for older payloads.
-            received = payload.get("received")
-            if not isinstance(received, (int, float)):
+            if receipt(payload) is None:
                 forgot_all = self.db.execute(
                     "select max(at) from audit where user_id = ? and action = 'forget_all'",
                     [payload["user_id"]]).fetchone()[0]

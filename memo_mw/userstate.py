@@ -81,8 +81,8 @@ def said_by(said: dict[str, Any], forget: dict[str, Any]) -> bool:
     server's time) is ordered right against statements from a client whose clock is ahead or
     behind. Otherwise the client times are compared (``source_ts`` with the marker's ``ts``),
     which for a chat's own "forget that" are the same client's clock."""
-    received, at = said.get("received"), forget.get("at")
-    if isinstance(received, (int, float)) and isinstance(at, (int, float)):
+    received, at = receipt(said), forget.get("at")
+    if received is not None and isinstance(at, (int, float)):
         return received <= at
     return (said.get("source_ts") or said.get("created_at") or 0) <= forget["ts"]
 
@@ -134,10 +134,17 @@ def rewrite_pending(state: Any, user_id: str,
             state.replace_pending(user_id, kept)
 
 
+def receipt(item: dict[str, Any]) -> float | None:
+    """When the server read a payload's message (its own clock, the ``received`` field), or None
+    for one made without it."""
+    received = item.get("received")
+    return float(received) if isinstance(received, (int, float)) else None
+
+
 def received_at(payload: dict[str, Any]) -> float:
     """When the server read a payload's message (its own clock); ``ts`` for one made without it."""
-    received = payload.get("received")
-    return float(received) if isinstance(received, (int, float)) else float(payload.get("ts") or 0)
+    received = receipt(payload)
+    return received if received is not None else float(payload.get("ts") or 0)
 
 
 def without_slot(payload: dict[str, Any], key: str, at: float) -> dict[str, Any]:
