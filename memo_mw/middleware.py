@@ -49,7 +49,7 @@ from .recall import RecallConfig, format_block
 from .rules import RuleSet
 from .text import stable_id
 from .store import check_writable
-from .userstate import EMPTY, UserState, forget_marker, without_forgotten
+from .userstate import EMPTY, UserState, forget_marker, rewrite_pending, without_forgotten
 
 log = logging.getLogger(__name__)
 
@@ -348,13 +348,10 @@ class MemoryMiddleware:
                 spooled(user_id, forget)
             except Exception:
                 log.exception("memo-mw: could not apply a forget request to the outbox")
-        pending = []
-        for payload in state.pending:
-            kept = without_forgotten(payload, [forget])
-            if kept["candidates"] != payload["candidates"]:
-                self._state_call("replace_pending", user_id, kept)
-            if kept["candidates"]:
-                pending.append(kept)
+        # The state as read, each replacement guarded: a failing backend must not stop the rest.
+        pending = rewrite_pending(None, user_id, lambda payload: without_forgotten(payload, [forget]),
+                                  pending=state.pending,
+                                  replace=lambda user, kept: self._state_call("replace_pending", user, kept))
         return state._replace(pending=pending, forgets=[*state.forgets, forget])
 
 

@@ -124,14 +124,22 @@ return 1
 """
 
 
-def rewrite_pending(state: Any, user_id: str,
-                    change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def rewrite_pending(state: Any, user_id: str, change: Callable[[dict[str, Any]], dict[str, Any]], *,
+                    pending: list[dict[str, Any]] | None = None,
+                    replace: Callable[[str, dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
     """Replace each of the user's pending payloads that ``change(payload)`` changes (with
-    ``replace_pending``: one whose job ran meanwhile is not put back)."""
-    for payload in state.read(user_id).pending:
+    ``replace_pending``, or ``replace``: one whose job ran meanwhile is not put back); the payloads
+    as changed that still hold a candidate. ``pending``: the payloads already read (else read from
+    ``state``, which may be None when both ``pending`` and ``replace`` are given)."""
+    replace = replace or state.replace_pending
+    kept_all = []
+    for payload in state.read(user_id).pending if pending is None else pending:
         kept = change(payload)
         if kept["candidates"] != payload.get("candidates"):
-            state.replace_pending(user_id, kept)
+            replace(user_id, kept)
+        if kept["candidates"]:
+            kept_all.append(kept)
+    return kept_all
 
 
 def receipt(item: dict[str, Any]) -> float | None:
