@@ -623,3 +623,13 @@ def m010_forget_marker_server_time(db: sqlite_utils.Database) -> None:
     # Null for markers made before, and for requests whose receipt time is not known.
     db.execute("alter table forget_markers add column server_at real")
     db.execute("create index forget_markers_user_server_at on forget_markers (user_id, server_at)")
+
+
+@migrations()
+def m011_reindex_apostrophes(db: sqlite_utils.Database) -> None:
+    # An English word's clitic is no longer part of its token ("John's" is john, not john'): the
+    # memories with an apostrophe are indexed again (reindex: the rows with terms_norm null).
+    ids = "select id from memories where content like '%''%' or key like '%''%' or content like '%’%' or key like '%’%'"
+    db.execute(f"delete from memory_terms where memory_id in ({ids})")
+    db.execute(f"update memories set terms_norm = null where id in ({ids})")
+    reindex(db)

@@ -27,7 +27,8 @@ STOPWORDS = frozenset(
     i me my mine you your it its this that these those what which who how do does did doing have has
     had can could would should will shall may might must not no so very really just also too please
     some any there here when where why than then them they their we our us he she his her him
-    s t don doesn didn isn aren wasn won can't i'm i've i'd i'll let let's get got
+    s t don doesn didn isn aren wasn weren won can't i'm i've i'd i'll let let's get got
+    shouldn couldn wouldn hasn haven hadn mustn needn ain
     like love enjoy prefer dislike hate want need usually always often""".split()
 )
 # Single characters and bigrams that say nothing about the topic ("喜欢" is in every preference).
@@ -67,10 +68,23 @@ def stem(word: str) -> str:
     return word
 
 
+#: What an English word may end in after an apostrophe and still be the word before it: "John's"
+#: is John, "parents'" parents, "don't" don (a stopword), "we're" we; "O'Brien" stays one word.
+_CLITICS = frozenset({"s", "t", "re", "ve", "ll", "d", "m", ""})
+
+
 @functools.lru_cache(maxsize=4096)
 def _word_token(word: str) -> str | None:
     """A Latin word's token (stemmed), or None for a stopword or a single letter."""
     word = word.replace("’", "'")
+    if "'" in word:
+        base, _, clitic = word.partition("'")
+        if clitic in _CLITICS:
+            word = base
+    return _stemmed_token(word)
+
+
+def _stemmed_token(word: str) -> str | None:
     stemmed = stem(word)
     if len(word) > 1 and word not in STOPWORDS and stemmed not in STOPWORDS:
         return stemmed
@@ -106,6 +120,18 @@ def _any_tokens(folded: str) -> frozenset[str]:
     for run in _HAN_RUN.findall(folded, concurrent=False):
         out.update(c for c in run if c not in HAN_STOP)
         out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
+    return frozenset(out)
+
+
+def apostrophe_tokens(text: str) -> frozenset[str]:
+    """The tokens that the words of ``text`` with an apostrophe had before the clitic was split
+    off (``john'`` for "John's", ``don't``): forget markers hold hashed tokens, and one made then
+    must still match what it named. Empty for a text with no apostrophe."""
+    if "'" not in text and "’" not in text:
+        return frozenset()
+    words = _LATIN_WORD.findall(nfkc(text).casefold(), concurrent=False)
+    out = {_stemmed_token(w.replace("’", "'")) for w in words if "'" in w or "’" in w}
+    out.discard(None)
     return frozenset(out)
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import counters, defaults
-from .text import tokens
+from .text import apostrophe_tokens, tokens
 
 #: The job that adds one message's topic counts to SQLite in embedded mode (memo_mw.jobs).
 COUNT_TOPICS = "memo_mw.jobs.count_topics"
@@ -94,7 +94,10 @@ def forgotten(memory: dict[str, Any], forgets: list[dict[str, Any]]) -> bool:
         return False
     if any(f["tokens"] is None for f in relevant):
         return True
-    have = _hashed(tokens(" ".join(str(memory.get(f) or "") for f in ("content", "key", "excerpt"))))
+    text = " ".join(str(memory.get(f) or "") for f in ("content", "key", "excerpt"))
+    # With the tokens words with an apostrophe had before (text.apostrophe_tokens): a marker made
+    # then names "John's" as john', and must still find it.
+    have = _hashed(tokens(text) | apostrophe_tokens(text))
     return any(f["tokens"] and len(have.intersection(f["tokens"])) / len(f["tokens"]) >= MATCH_SHARE
                for f in relevant)
 

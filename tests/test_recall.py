@@ -30,6 +30,24 @@ def test_english_tokens_are_case_and_plural_insensitive():
     assert tokens("I like it") == set()  # sentiment words say nothing about the topic
 
 
+@pytest.mark.parametrize("text, expected", [
+    pytest.param("John's car", {"john", "car"}, id="possessive"),
+    pytest.param("my parents' house", {"parent", "house"}, id="plural-possessive"),
+    pytest.param("Mia’s cats", {"mia", "cat"}, id="curly-apostrophe"),
+    pytest.param("we're sure it's Leo's", {"sure", "leo"}, id="contractions-are-their-word"),
+    pytest.param("I don't, shouldn't, wouldn't, can't", set(), id="negations-are-stopwords"),
+    pytest.param("O'Brien at five o'clock", {"o'brien", "five", "o'clock"}, id="apostrophe-inside-a-word"),
+])
+def test_english_clitics_are_split_off(text, expected):
+    assert tokens(text) == expected
+
+
+def test_a_possessive_recalls_what_is_said_of_its_owner():
+    memories = [memory(1, "brother Tomas lives in Lisbon"), memory(2, "likes hiking", ts=NOW)]
+    assert [m["id"] for m in score(memories, "what should I get for Tomas's birthday?", now=NOW)] == [1]
+    assert [m["id"] for m in score([memory(1, "Tomas's flat is in Lisbon")], "is Tomas home?", now=NOW)] == [1]
+
+
 @pytest.mark.parametrize("query, memories, expected", [
     pytest.param("推荐一款乌龙茶", [memory(1, "喜欢喝乌龙茶"), memory(2, "住在上海", ts=NOW)], [1], id="zh-relevant-only"),
     pytest.param("any jazz albums?", [memory(1, "likes jazz"), memory(2, "lives in Berlin", ts=NOW)], [1],

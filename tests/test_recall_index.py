@@ -240,3 +240,29 @@ def test_few_memories_load_everything(db):
     for query in QUERIES:
         same(indexed, plain, "small", query, T0 + 3 * 86400)
     assert indexed.stats["indexed"] == 0
+
+
+def test_memories_indexed_with_a_clitic_in_their_tokens_are_indexed_again(tmp_path):
+    """m011: a database written when "John's" was the token john' gets its terms made again, so the
+    index finds "John's car" for a question about John."""
+    db = str(tmp_path / "old.db")
+    with Store(db) as store:
+        store.remember(payload("John's car is red", "john's car"))
+        store.remember(payload("Ana’s cat is grey", "ana’s cat", ts=T0 + 1))
+        store.remember(payload("likes noodles", "noodles", ts=T0 + 2))
+    conn = sqlite3.connect(db)
+    with conn:  # the terms as they were written then
+        conn.execute("update memory_terms set term = 'john''' where term = 'john'")
+        conn.execute("update memory_terms set term = 'ana''' where term = 'ana'")
+        conn.execute("delete from _sqlite_migrations where name = 'm011_reindex_apostrophes'")
+    noodles = conn.execute("select memory_id from memory_terms where term = 'noodle'").fetchall()
+    conn.close()
+    Store(db).close()  # opening applies the migration
+    assert_in_step(db)
+    conn = sqlite3.connect(db)
+    assert conn.execute("select count(*) from memory_terms where term like '%''%'").fetchone()[0] == 0
+    assert conn.execute("select memory_id from memory_terms where term = 'noodle'").fetchall() == noodles
+    conn.close()
+    with Store(db) as store:
+        john = store.db.execute("select id from memories where content = ?", ["John's car is red"]).fetchone()[0]
+        assert [m["id"] for m in queries.matches(store, "u1", ["john"], [])] == [john]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
@@ -226,3 +227,24 @@ def test_an_edit_marker_discards_what_was_said_of_the_slot_before_it_only(tmp_pa
     with store.write():  # markers older than a job can wait go when the next is written
         store.mark_edited("u1", "jazz", 1_700_000_100 + 9 * 86400)
     assert store.db.execute("select count(*) from edit_markers").fetchone()[0] == 1
+
+
+def test_a_forget_marker_hashed_before_clitics_were_split_still_matches(tmp_path):
+    """Markers keep hashed tokens only; one made when "John's" was the token john' (and
+    "don't" don't) must still stop what it named, and nothing else."""
+    from memo_mw.userstate import _hashed
+
+    store = Store(str(tmp_path / "m.db"))
+    at = 1_700_000_100
+    with store.write():
+        for words in ({"john'", "car"}, {"don't", "olive"}):  # as "John's car", "don't like olives" hashed then
+            store.db.execute("insert into forget_markers (user_id, tokens, at, server_at) values (?, ?, ?, null)",
+                             ["u1", json.dumps(sorted(_hashed(frozenset(words)))), at])
+    assert store.remember(payload("John's car is red", "john's car", ts=at - 10)) == ["discarded"]
+    assert store.remember(payload("don't eat olives", "olives", polarity=-1, ts=at - 10)) == ["discarded"]
+    assert store.remember(payload("Johnny has a red bike", "bike", ts=at - 10)) == ["stored"]
+    # Markers made now name the same memories by their new tokens.
+    with store.write():
+        store.mark_forgotten("u1", "Maria's flat", at)
+    assert store.remember(payload("Maria's flat is in Porto", "maria's flat", ts=at - 10)) == ["discarded"]
+    assert store.remember(payload("Maria lives in Porto", "maria", ts=at - 10)) == ["stored"]
