@@ -213,7 +213,20 @@ def _prepare(db: sqlite_utils.Database, path: str) -> None:
     def prepare() -> None:
         if db.journal_mode != "wal" and path != ":memory:":
             db.enable_wal()
-        migrations.apply(db)
+        if not migrations.pending(db):
+            return  # the usual start: nothing to write
+        # Under the write lock, taken before reading what is pending: a process that starts
+        # meanwhile waits here (busy timeout, then retry_setup), then finds the migrations applied,
+        # rather than applying one again beside this one (each runs in a savepoint of this
+        # transaction, with its record).
+        db.execute("begin immediate")
+        try:
+            migrations.apply(db)
+        except BaseException:
+            if db.conn.in_transaction:
+                db.execute("rollback")
+            raise
+        db.execute("commit")
 
     retry_setup(prepare)
 
