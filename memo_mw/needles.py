@@ -32,6 +32,8 @@ from typing import Any
 
 import ahocorasick
 
+from . import text as _text
+
 #: Most strings an exactly-known piece of a pattern may stand for (a product of alternatives).
 MAX_STRINGS = 64
 #: Most needles a set may hold: the screen finds them all in one pass, and checks a set
@@ -135,7 +137,8 @@ class Screen:
             # the smaller automaton is searched faster (and stays in the CPU's caches better).
             automata = self._automaton = (_automaton(w for w in self._words if w.isascii()),
                                           _automaton(w for w in self._words if not w.isascii()))
-        text = marked(fold(text))
+        speedups = _text._speedups
+        text = speedups.marked_lower(text) if speedups is not None and text.isascii() else marked(fold(text))
         found = frozenset(map(_NEEDLE, automata[0].iter(text))) if automata[0] is not None else frozenset()
         if automata[1] is not None and not text.isascii():
             found |= frozenset(map(_NEEDLE, automata[1].iter(text)))

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 import unicodedata
 
 import regex
+
+try:  # the analysis of an ASCII text in C (memo_mw/_speedups.c), when it was built
+    from . import _speedups
+except ImportError:  # no compiler at install time: the Python code below, which it mirrors
+    _speedups = None
+if os.environ.get("MEMO_MW_PURE_PYTHON"):  # for comparisons: the Python code whatever was built
+    _speedups = None
 
 _PUNCT = regex.compile(r"[\p{P}\p{S}\s]+")
 _LATIN_WORD = regex.compile(r"[\p{Latin}\p{N}][\p{Latin}\p{N}'’]*")
@@ -99,6 +107,8 @@ def tokens(text: str) -> frozenset[str]:
     """
     text = nfkc(text).casefold()
     if text.isascii():
+        if _speedups is not None:  # the same tokens, in C (memo_mw/_speedups.c)
+            return _speedups.ascii_analysis(text, STOPWORDS, None, None, None)[0]
         return ascii_tokens(text)[0]
     return _any_tokens(text)
 

@@ -15,7 +15,8 @@ import functools
 
 import regex
 
-from .text import ascii_tokens, nfkc, stem, tokens
+from . import text as _text
+from .text import STOPWORDS, ascii_tokens, nfkc, stem, tokens
 
 
 _WORDS = regex.compile(r"[\p{L}\p{N}]+")
@@ -76,6 +77,9 @@ class TopicTagger:
         folded = nfkc(text).casefold()
         words: list[str] | None
         if folded.isascii():
+            speedups = _text._speedups
+            if speedups is not None:  # what follows for an ASCII text, in C (memo_mw/_speedups.c)
+                return speedups.ascii_analysis(folded, STOPWORDS, self._by_stem, self._word_phrases, _NO_TOPICS)
             text_tokens, words = ascii_tokens(folded)
             if "'" in folded:  # "what's": "what", "s"
                 words = list(filter(None, "'".join(words).split("'")))

@@ -1,0 +1,284 @@
+/* memo_mw._speedups: the message analysis of an ASCII text in one pass, in C.
+ *
+ * Optional: the package works without it (memo_mw.speedups falls back to the Python code, which
+ * stays the reference; tests/test_speedups.py checks that both give the same answers).
+ *
+ *   ascii_analysis(folded, stopwords, by_stem, word_phrases, empty) -> (tokens, topics)
+ *       memo_mw.text.tokens() of a case-folded ASCII text, and, when by_stem is not None, the
+ *       topics memo_mw.topics.TopicTagger finds in it (its words' stems, then its English phrases).
+ *   marked_lower(text) -> str
+ *       memo_mw.needles.marked(fold(text)) of an ASCII text.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static int is_alnum(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+static PyObject *ascii_str(const unsigned char *s, Py_ssize_t n) {
+    PyObject *out = PyUnicode_New(n, 127);
+    if (out != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(out), s, (size_t)n);
+    return out;
+}
+
+static int ends_with(const unsigned char *s, Py_ssize_t n, const char *end) {
+    Py_ssize_t m = (Py_ssize_t)strlen(end);
+    return n >= m && memcmp(s + n - m, end, (size_t)m) == 0;
+}
+
+/* set |= items, through the public API (topic sets are small). 0, or -1 on error. */
+static int set_update(PyObject *set, PyObject *items) {
+    PyObject *iterator = PyObject_GetIter(items), *item;
+    if (iterator == NULL)
+        return -1;
+    while ((item = PyIter_Next(iterator)) != NULL) {
+        int added = PySet_Add(set, item);
+        Py_DECREF(item);
+        if (added < 0) {
+            Py_DECREF(iterator);
+            return -1;
+        }
+    }
+    Py_DECREF(iterator);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* memo_mw.text.stem: into buf (at least n + 1 bytes); returns the stem's length. */
+static Py_ssize_t stem(const unsigned char *w, Py_ssize_t n, unsigned char *buf) {
+    memcpy(buf, w, (size_t)n);
+    if (n > 4 && ends_with(w, n, "ies")) {
+        buf[n - 3] = 'y';
+        return n - 2;
+    }
+    if (n > 5 && ends_with(w, n, "ing"))
+        return n - 3;
+    if (n > 4 && (ends_with(w, n, "ches") || ends_with(w, n, "shes") || ends_with(w, n, "sses") ||
+                  ends_with(w, n, "xes")))
+        return n - 2;
+    if (n > 3 && ends_with(w, n, "s") && !ends_with(w, n, "ss") && !ends_with(w, n, "us") && !ends_with(w, n, "is"))
+        return n - 1;
+    if (n > 4 && ends_with(w, n, "ed"))
+        return n - 2;
+    return n;
+}
+
+/* What may follow an apostrophe in a word that is still the word before it (memo_mw.text._CLITICS). */
+static int is_clitic(const unsigned char *s, Py_ssize_t n) {
+    static const char *clitics[] = {"", "s", "t", "re", "ve", "ll", "d", "m"};
+    for (size_t i = 0; i < sizeof clitics / sizeof clitics[0]; i++) {
+        if ((Py_ssize_t)strlen(clitics[i]) == n && memcmp(s, clitics[i], (size_t)n) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Add the token of the word w[0:n] (memo_mw.text._word_token) to tokens, and with by_stem, the
+ * topics of that token to found. 0, or -1 on error. */
+static int add_token(const unsigned char *w, Py_ssize_t n, PyObject *stopwords, PyObject *tokens,
+                     PyObject *by_stem, PyObject *found, unsigned char *buf) {
+    const unsigned char *apostrophe = memchr(w, '\'', (size_t)n);
+    if (apostrophe != NULL && is_clitic(apostrophe + 1, n - (apostrophe - w) - 1))
+        n = apostrophe - w;
+    if (n <= 1)
+        return 0;
+    PyObject *word = ascii_str(w, n);
+    if (word == NULL)
+        return -1;
+    int stop = PySet_Contains(stopwords, word);
+    if (stop != 0) {
+        Py_DECREF(word);
+        return stop < 0 ? -1 : 0;
+    }
+    Py_ssize_t m = stem(w, n, buf);
+    PyObject *stemmed = word;
+    if (m != n || memcmp(buf, w, (size_t)n) != 0) {
+        stemmed = ascii_str(buf, m);
+        Py_DECREF(word);
+        if (stemmed == NULL)
+            return -1;
+        stop = PySet_Contains(stopwords, stemmed);
+        if (stop != 0) {
+            Py_DECREF(stemmed);
+            return stop < 0 ? -1 : 0;
+        }
+    }
+    int added = PySet_Add(tokens, stemmed);
+    if (added == 0 && found != NULL) {
+        PyObject *of = PyDict_GetItemWithError(by_stem, stemmed);
+        if (of != NULL)
+            added = set_update(found, of);
+        else if (PyErr_Occurred())
+            added = -1;
+    }
+    Py_DECREF(stemmed);
+    return added;
+}
+
+/* The topics of the English phrases that start at each word (memo_mw.topics.TopicTagger._analyse):
+ * at each place, the first (longest) phrase of the entries under its word that the words there
+ * spell. 0, or -1 on error. */
+static int add_phrase_topics(PyObject *words, PyObject *word_phrases, PyObject *found) {
+    Py_ssize_t count = PyList_GET_SIZE(words);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *entries = PyDict_GetItemWithError(word_phrases, PyList_GET_ITEM(words, i));
+        if (entries == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            continue;
+        }
+        if (!PyList_Check(entries)) {
+            PyErr_SetString(PyExc_TypeError, "word_phrases: lists of (words, topics) expected");
+            return -1;
+        }
+        for (Py_ssize_t e = 0; e < PyList_GET_SIZE(entries); e++) {
+            PyObject *entry = PyList_GET_ITEM(entries, e);
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 0))) {
+                PyErr_SetString(PyExc_TypeError, "word_phrases: (words, topics) tuples expected");
+                return -1;
+            }
+            PyObject *phrase = PyTuple_GET_ITEM(entry, 0);
+            Py_ssize_t length = PyTuple_GET_SIZE(phrase);
+            if (i + length > count)
+                continue;
+            int same = 1;
+            for (Py_ssize_t k = 0; k < length && same; k++) {
+                same = PyObject_RichCompareBool(PyList_GET_ITEM(words, i + k), PyTuple_GET_ITEM(phrase, k), Py_EQ);
+                if (same < 0)
+                    return -1;
+            }
+            if (same) {
+                if (set_update(found, PyTuple_GET_ITEM(entry, 1)) < 0)
+                    return -1;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
+static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty)");
+        return NULL;
+    }
+    PyObject *text = args[0], *stopwords = args[1], *by_stem = args[2], *word_phrases = args[3], *empty = args[4];
+    if (!PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) {
+        PyErr_SetString(PyExc_ValueError, "ascii_analysis: an ASCII str expected");
+        return NULL;
+    }
+    if (!PyAnySet_Check(stopwords) || (by_stem != Py_None && !PyDict_Check(by_stem)) ||
+        (word_phrases != Py_None && !PyDict_Check(word_phrases))) {
+        PyErr_SetString(PyExc_TypeError, "ascii_analysis: a set of stopwords and dicts (or None) expected");
+        return NULL;
+    }
+    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    unsigned char *buf = PyMem_Malloc((size_t)n + 2);
+    PyObject *tokens = PySet_New(NULL), *words = NULL, *found = NULL, *frozen = NULL, *topics = NULL;
+    if (buf == NULL || tokens == NULL)
+        goto fail;
+    int phrases = by_stem != Py_None && word_phrases != Py_None && PyDict_GET_SIZE(word_phrases) > 0;
+    if (phrases && (words = PyList_New(0)) == NULL)
+        goto fail;
+    if (by_stem != Py_None && (found = PySet_New(NULL)) == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n;) {
+        if (!is_alnum(s[i])) {
+            i++;
+            continue;
+        }
+        Py_ssize_t start = i;  /* a word: [a-z0-9][a-z0-9']* */
+        while (i < n && (is_alnum(s[i]) || s[i] == '\''))
+            i++;
+        if (add_token(s + start, i - start, stopwords, tokens, by_stem, found, buf) < 0)
+            goto fail;
+        for (Py_ssize_t j = start; phrases && j < i;) {  /* its runs of letters and digits */
+            Py_ssize_t run = j;
+            while (j < i && is_alnum(s[j]))
+                j++;
+            if (j > run) {
+                PyObject *piece = ascii_str(s + run, j - run);
+                if (piece == NULL || PyList_Append(words, piece) < 0) {
+                    Py_XDECREF(piece);
+                    goto fail;
+                }
+                Py_DECREF(piece);
+            }
+            while (j < i && s[j] == '\'')
+                j++;
+        }
+    }
+    if ((frozen = PyFrozenSet_New(tokens)) == NULL)
+        goto fail;
+    if (by_stem == Py_None) {
+        topics = Py_NewRef(Py_None);
+    } else {
+        if (phrases && add_phrase_topics(words, word_phrases, found) < 0)
+            goto fail;
+        topics = PySet_GET_SIZE(found) ? PyFrozenSet_New(found) : Py_NewRef(empty);
+        if (topics == NULL)
+            goto fail;
+    }
+    PyMem_Free(buf);
+    Py_DECREF(tokens);
+    Py_XDECREF(words);
+    Py_XDECREF(found);
+    PyObject *out = PyTuple_Pack(2, frozen, topics);
+    Py_DECREF(frozen);
+    Py_DECREF(topics);
+    return out;
+fail:
+    PyMem_Free(buf);
+    Py_XDECREF(tokens);
+    Py_XDECREF(words);
+    Py_XDECREF(found);
+    Py_XDECREF(frozen);
+    Py_XDECREF(topics);
+    return NULL;
+}
+
+static int is_word_char(unsigned char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+static PyObject *marked_lower(PyObject *module, PyObject *text) {
+    if (!PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) {
+        PyErr_SetString(PyExc_ValueError, "marked_lower: an ASCII str expected");
+        return NULL;
+    }
+    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), runs = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (is_word_char(s[i]) && (i == 0 || !is_word_char(s[i - 1])))
+            runs++;
+    }
+    PyObject *out = PyUnicode_New(n + 2 * runs, 127);
+    if (out == NULL)
+        return NULL;
+    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        int word = is_word_char(c);
+        if (word && (i == 0 || !is_word_char(s[i - 1])))
+            *o++ = 0;  /* memo_mw.needles.MARK */
+        *o++ = (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+        if (word && (i + 1 == n || !is_word_char(s[i + 1])))
+            *o++ = 0;
+    }
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"ascii_analysis", (PyCFunction)(void (*)(void))ascii_analysis, METH_FASTCALL,
+     "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty) -> (tokens, topics)"},
+    {"marked_lower", marked_lower, METH_O, "marked_lower(text) -> the ASCII text folded and marked"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "memo_mw._speedups",
+                                    "The message analysis of an ASCII text in C (optional).", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }

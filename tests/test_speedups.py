@@ -1,0 +1,125 @@
+"""The C analysis of ASCII texts (memo_mw/_speedups.c) gives what the Python code it mirrors gives.
+
+The extension is optional at install time; ``make test`` builds it (the machine has a compiler), and
+under CI it must be there: a build that failed quietly would leave the package on its slower path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import string
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memo_mw import text
+from memo_mw.funnel import Funnel
+from memo_mw.needles import fold, marked
+from memo_mw.rules import load_rules
+from memo_mw.topics import _NO_TOPICS, TopicTagger
+
+speedups = text._speedups
+
+if speedups is None:
+    if os.environ.get("CI") and not os.environ.get("MEMO_MW_PURE_PYTHON"):
+        pytest.fail("memo_mw._speedups was not built: the install found no compiler or the build failed",
+                    pytrace=False)
+    pytest.skip("memo_mw._speedups is not built here (or MEMO_MW_PURE_PYTHON is set)", allow_module_level=True)
+
+SETTINGS = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+TAGGER = Funnel(load_rules()).topics
+# Words that meet each rule the C code copies: stopwords, the stemmer's endings and lengths, clitics
+# and other apostrophes, digits, underscores (a word edge for the needles, not for the tokens), and
+# the English phrases of the shipped lexicons.
+WORDS = sorted(text.STOPWORDS) + [
+    "john's", "parents'", "o'brien", "don't", "shouldn't", "rock'n'roll", "it's'", "x'", "'s", "''", "y'all",
+    "cities", "ties", "cooking", "sing", "dishes", "boxes", "classes", "bus", "this", "cats", "gas", "played",
+    "bed", "ies", "ing", "xes", "ed", "s", "a1", "9am", "2024", "_x_", "a_b", "sci-fi", "e-mail", "Machine",
+    "LEARNING", "New", "York", "we're", "you'll", "i'd", "i'm", "I", "A", "weather", "tennis", "jazz",
+] + sorted({w for entries in TAGGER._word_phrases.values() for phrase, _ in entries for w in phrase})
+PHRASES = st.lists(st.sampled_from(WORDS), max_size=14).map(" ".join)
+SEPARATED = st.lists(st.tuples(st.sampled_from(WORDS), st.sampled_from([" ", "  ", ", ", "'", "-", "_", "?", "\n",
+                                                                      ".", "\x00", "'s "])),
+                     max_size=10).map(lambda pairs: "".join(w + s for w, s in pairs))
+CHARACTERS = st.text(st.sampled_from(string.printable + "\x00"), max_size=60)
+ASCII = st.one_of(PHRASES, SEPARATED, CHARACTERS)
+
+
+@contextlib.contextmanager
+def python_only():
+    """The package's own Python code, with the extension still loaded beside it."""
+    text._speedups = None
+    try:
+        yield
+    finally:
+        text._speedups = speedups
+
+
+def python_analysis(tagger: TopicTagger, sample: str):
+    with python_only():
+        return tagger._analyse(sample)
+
+
+@SETTINGS
+@given(ASCII)
+def test_tokens_are_the_pythons(sample):
+    folded = sample.casefold()
+    assert speedups.ascii_analysis(folded, text.STOPWORDS, None, None, None) == (text.ascii_tokens(folded)[0], None)
+    with python_only():
+        expected = text.tokens.__wrapped__(sample)
+    assert text.tokens.__wrapped__(sample) == expected
+
+
+@SETTINGS
+@given(ASCII)
+def test_tokens_and_topics_are_the_taggers(sample):
+    assert TAGGER._analyse(sample) == python_analysis(TAGGER, sample)
+
+
+@SETTINGS
+@given(ASCII)
+def test_marked_text_is_the_needles(sample):
+    assert speedups.marked_lower(sample) == marked(fold(sample))
+
+
+def test_random_long_texts_agree():
+    """Longer texts than the generated ones: many phrases, one after another."""
+    rng = random.Random(20261201)
+    for _ in range(3000):
+        sample = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 120)))
+        assert TAGGER._analyse(sample) == python_analysis(TAGGER, sample)
+        assert speedups.marked_lower(sample) == marked(fold(sample))
+
+
+@pytest.mark.parametrize("lexicon", [
+    {"food": ("ice cream", "ice", "cream soda", "noodles")},
+    {"odd": ("x !",), "food": ("eat out",)},  # a phrase of one word with a sign
+    {},
+])
+def test_other_lexicons_agree(lexicon):
+    tagger = TopicTagger(lexicon)
+    for sample in ("ice cream and cream soda", "i'd eat out, x !", "noodles? ICE-CREAM", "", "'", "what's up"):
+        assert tagger._analyse(sample) == python_analysis(tagger, sample)
+
+
+def test_no_topics_is_the_shared_empty_set():
+    tokens, topics = speedups.ascii_analysis("zebra here", text.STOPWORDS, TAGGER._by_stem, TAGGER._word_phrases,
+                                             _NO_TOPICS)
+    assert tokens == {"zebra"} and topics is _NO_TOPICS
+
+
+def test_what_it_cannot_read_is_a_clear_error():
+    with pytest.raises(ValueError, match="ASCII"):
+        speedups.ascii_analysis("我喜欢", text.STOPWORDS, None, None, None)
+    with pytest.raises(ValueError, match="ASCII"):
+        speedups.marked_lower("café")
+    with pytest.raises(TypeError):
+        speedups.ascii_analysis("x", ["not", "a", "set"], None, None, None)
+    with pytest.raises(TypeError):
+        speedups.ascii_analysis("ice cream", text.STOPWORDS, {}, {"ice": "not a list"}, _NO_TOPICS)
+    with pytest.raises(TypeError):
+        speedups.ascii_analysis("x")
