@@ -43,4 +43,4 @@ bench: venv redis-server
 	$(BIN)/python bench/perf.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache var
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache var memo_mw/*.so

@@ -77,13 +77,14 @@ static int is_clitic(const unsigned char *s, Py_ssize_t n) {
 /* Add the token of the word w[0:n] (memo_mw.text._word_token) to tokens, and with by_stem, the
  * topics of that token to found. 0, or -1 on error. */
 static int add_token(const unsigned char *w, Py_ssize_t n, PyObject *stopwords, PyObject *tokens,
-                     PyObject *by_stem, PyObject *found, unsigned char *buf) {
+                     PyObject *by_stem, PyObject *found, unsigned char *buf, PyObject *head) {
+    /* head: the str of the word's first run of letters and digits, when made already (or NULL) */
     const unsigned char *apostrophe = memchr(w, '\'', (size_t)n);
     if (apostrophe != NULL && is_clitic(apostrophe + 1, n - (apostrophe - w) - 1))
         n = apostrophe - w;
     if (n <= 1)
         return 0;
-    PyObject *word = ascii_str(w, n);
+    PyObject *word = head != NULL && PyUnicode_GET_LENGTH(head) == n ? Py_NewRef(head) : ascii_str(w, n);
     if (word == NULL)
         return -1;
     int stop = PySet_Contains(stopwords, word);
@@ -192,8 +193,7 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
         Py_ssize_t start = i;  /* a word: [a-z0-9][a-z0-9']* */
         while (i < n && (is_alnum(s[i]) || s[i] == '\''))
             i++;
-        if (add_token(s + start, i - start, stopwords, tokens, by_stem, found, buf) < 0)
-            goto fail;
+        Py_ssize_t before = phrases ? PyList_GET_SIZE(words) : 0;
         for (Py_ssize_t j = start; phrases && j < i;) {  /* its runs of letters and digits */
             Py_ssize_t run = j;
             while (j < i && is_alnum(s[j]))
@@ -209,6 +209,10 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
             while (j < i && s[j] == '\'')
                 j++;
         }
+        /* The word's token is most often its first run ("what" of "what's"): the same str. */
+        PyObject *head = phrases ? PyList_GET_ITEM(words, before) : NULL;
+        if (add_token(s + start, i - start, stopwords, tokens, by_stem, found, buf, head) < 0)
+            goto fail;
     }
     if ((frozen = PyFrozenSet_New(tokens)) == NULL)
         goto fail;
