@@ -215,3 +215,25 @@ def test_a_gathered_batch_goes_in_one_round_trip_in_order(db, redis_url, opened,
     assert len(pending) == 2  # each remember job's pending entry went with it
     drain(redis_url)
     assert sorted(m["content"] for m in Store(db).memories("alice")) == ["likes kalimba music", "likes oolong music"]
+
+
+def test_a_middleware_built_before_a_fork_works_in_the_child(db, redis_url, opened):
+    """gunicorn --preload builds the app, then forks: in the child the middleware notices it is a
+    new process (no system call per request: memo_mw.process.PID) and starts its own outbox sender
+    and state listener; what the child captures reaches Redis and the store."""
+    client, middleware = wrap(db, redis_url, opened)
+    client.post("/chat", **plain("I like oolong tea"))  # the parent's threads run
+    assert wait_until(lambda: Outbox(db + ".outbox").count() == 0)
+    pid = os.fork()
+    if pid == 0:  # the child
+        code = 1
+        try:
+            response = client.post("/chat", **plain("I like bossa nova"))
+            if response.status_code == 200 and wait_until(lambda: Outbox(db + ".outbox").count() == 0, timeout=10):
+                code = 0 if middleware.queue._thread_pid == os.getpid() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    drain(redis_url)
+    assert sorted(m["content"] for m in Store(db).memories("alice")) == ["likes bossa nova", "likes oolong tea"]
