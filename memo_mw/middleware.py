@@ -237,7 +237,7 @@ class MemoryMiddleware:
         try:
             # Strict UTF-8 (json.loads would also take UTF-16/32, a BOM and encoded surrogates)
             # and strict JSON (no NaN or Infinity, which could not be re-encoded as valid JSON).
-            body = _DECODER.decode(raw.decode("utf-8"))
+            body = _decode(raw.decode("utf-8"))
         except ValueError:
             return None
         turn = read_turn(body)
@@ -375,3 +375,19 @@ def _finite_float(text: str) -> float:
 
 # One decoder (json.loads with these hooks would build one per call).
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_SCAN = _DECODER.scan_once  # its scanner (in C), which decode() runs after skipping whitespace
+_JSON_SPACE = " \t\n\r"
+
+
+def _decode(text: str) -> Any:
+    """``_DECODER.decode(text)``: a body that starts with its value is scanned without decode()'s
+    own steps around the scanner (two Python frames and two whitespace matches)."""
+    if text[:1] not in ("{", "["):
+        return _DECODER.decode(text)
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        return _DECODER.decode(text)  # its error, with decode()'s message
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        return _DECODER.decode(text)  # "Extra data"
+    return value

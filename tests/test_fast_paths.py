@@ -3,6 +3,7 @@ generated texts (the shortcut is taken for most chat messages, so a difference w
 
 from __future__ import annotations
 
+import json
 import string
 
 import regex
@@ -106,3 +107,28 @@ def test_a_text_without_the_pii_hints_is_one_no_mask_changes(sample):
 def test_the_funnels_recall_all_answer_is_is_recall_all(sample):
     told = SCREENED.process(sample).recall_all
     assert told is None or told == SCREENED.is_recall_all(sample)
+
+
+def _decoded(decode, sample: str):
+    try:
+        return "value", decode(sample)
+    except ValueError as exc:  # JSONDecodeError, and the strict hooks' errors
+        return "error", type(exc)
+
+
+JSON_PIECES = st.sampled_from(['{', '}', '[', ']', '"message"', ':', ',', '"x"', '1', '1e400', 'NaN', 'null', ' ',
+                               '\n', '\t', 'true', '"\\ud800"', '{"a": 1}', '[1, 2]', 'x', '""'])
+JSON_TEXTS = st.one_of(st.lists(JSON_PIECES, max_size=12).map("".join),
+                       st.builds(lambda v, pad: pad + json.dumps(v) + pad,
+                                 st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                                              lambda inner: st.lists(inner, max_size=3)
+                                              | st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+                                 st.sampled_from(["", " ", "\n", "\r\n\t"])))
+
+
+@SETTINGS
+@given(JSON_TEXTS)
+def test_the_body_decoder_shortcut_is_the_decoder(sample):
+    from memo_mw import middleware
+
+    assert _decoded(middleware._decode, sample) == _decoded(middleware._DECODER.decode, sample)
