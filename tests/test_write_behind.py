@@ -219,8 +219,9 @@ def test_a_gathered_batch_goes_in_one_round_trip_in_order(db, redis_url, opened,
 
 def test_a_middleware_built_before_a_fork_works_in_the_child(db, redis_url, opened):
     """gunicorn --preload builds the app, then forks: in the child the middleware notices it is a
-    new process (no system call per request: memo_mw.process.PID) and starts its own outbox sender
-    and state listener; what the child captures reaches Redis and the store."""
+    new process (its id, asked on each request: a server may fork without Python's at-fork hooks)
+    and starts its own outbox sender and state listener; what the child captures reaches Redis and
+    the store."""
     client, middleware = wrap(db, redis_url, opened)
     client.post("/chat", **plain("I like oolong tea"))  # the parent's threads run
     assert wait_until(lambda: Outbox(db + ".outbox").count() == 0)
