@@ -66,7 +66,7 @@ static Py_ssize_t stem(const unsigned char *w, Py_ssize_t n, unsigned char *buf)
 
 /* What may follow an apostrophe in a word that is still the word before it (memo_mw.text._CLITICS). */
 static int is_clitic(const unsigned char *s, Py_ssize_t n) {
-    static const char *clitics[] = {"", "s", "t", "re", "ve", "ll", "d", "m"};
+    static const char *clitics[] = {"", "s", "re", "ve", "ll", "d", "m"};
     for (size_t i = 0; i < sizeof clitics / sizeof clitics[0]; i++) {
         if ((Py_ssize_t)strlen(clitics[i]) == n && memcmp(s, clitics[i], (size_t)n) == 0)
             return 1;
@@ -80,8 +80,13 @@ static int add_token(const unsigned char *w, Py_ssize_t n, PyObject *stopwords, 
                      PyObject *by_stem, PyObject *found, unsigned char *buf, PyObject *head) {
     /* head: the str of the word's first run of letters and digits, when made already (or NULL) */
     const unsigned char *apostrophe = memchr(w, '\'', (size_t)n);
-    if (apostrophe != NULL && is_clitic(apostrophe + 1, n - (apostrophe - w) - 1))
-        n = apostrophe - w;
+    if (apostrophe != NULL) {
+        Py_ssize_t rest = n - (apostrophe - w) - 1;
+        if (rest == 1 && apostrophe[1] == 't')
+            return 0;  /* a negation: "don't", "haven't" */
+        if (is_clitic(apostrophe + 1, rest))
+            n = apostrophe - w;
+    }
     if (n <= 1)
         return 0;
     PyObject *word = head != NULL && PyUnicode_GET_LENGTH(head) == n ? Py_NewRef(head) : ascii_str(w, n);
@@ -178,7 +183,11 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     unsigned char *buf = PyMem_Malloc((size_t)n + 2);
     PyObject *tokens = PySet_New(NULL), *words = NULL, *found = NULL, *frozen = NULL, *topics = NULL;
-    if (buf == NULL || tokens == NULL)
+    if (buf == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (tokens == NULL)
         goto fail;
     int phrases = by_stem != Py_None && word_phrases != Py_None && PyDict_GET_SIZE(word_phrases) > 0;
     if (phrases && (words = PyList_New(0)) == NULL)

@@ -432,6 +432,30 @@ class Store:
         with self.write():
             return reindex(self.db)
 
+    def reindex_due(self, *, batch: int = 1000, budget: float = 30.0) -> int:
+        """Index again the memories a migration marked stale (m011: those with an apostrophe), oldest
+        first, ``batch`` rows a transaction, for at most ``budget`` seconds (what is left waits for the
+        next call: maintenance calls it every run); returns how many."""
+        done, ends = 0, time.monotonic() + budget
+        while time.monotonic() < ends:
+            with self.write():
+                due = self.db.execute("select name, after_id, until_id from reindex_due limit 1").fetchone()
+                if due is None:
+                    break
+                name, after, until = due
+                rows = self.db.execute(
+                    "select id, user_id, content, key, topics from memories where id > ? and id <= ?"
+                    f" and ({_WITH_APOSTROPHE}) order by id limit ?", [after, until, batch]).fetchall()
+                if not rows:
+                    self.db.execute("delete from reindex_due where name = ?", [name])
+                    continue
+                for memory_id, user_id, content, key, topics_json in rows:
+                    self.db.execute("delete from memory_terms where memory_id = ?", [memory_id])
+                    _index_memory(self.db, memory_id, user_id, content, key, json.loads(topics_json or "[]"))
+                self.db.execute("update reindex_due set after_id = ? where name = ?", [rows[-1][0], name])
+                done += len(rows)
+        return done
+
     def touch(self, user_id: str, ids: Iterable[int] | dict[int, int], ts: int) -> int:
         """Count recalls of these memories (hotness) and refresh ``last_accessed`` (recency).
 
@@ -638,11 +662,20 @@ def m010_forget_marker_server_time(db: sqlite_utils.Database) -> None:
     db.execute("create index forget_markers_user_server_at on forget_markers (user_id, server_at)")
 
 
+#: The memories whose index terms m011 made stale: an apostrophe in their text (ASCII, typographic
+#: or full-width, which NFKC makes ASCII).
+_WITH_APOSTROPHE = " or ".join(f"{column} like '%{mark}%'" for column in ("content", "key")
+                               for mark in ("''", "’", "＇"))
+
+
 @migrations()
 def m011_reindex_apostrophes(db: sqlite_utils.Database) -> None:
     # An English word's clitic is no longer part of its token ("John's" is john, not john'): the
-    # memories with an apostrophe are indexed again (reindex: the rows with terms_norm null).
-    ids = "select id from memories where content like '%''%' or key like '%''%' or content like '%’%' or key like '%’%'"
-    db.execute(f"delete from memory_terms where memory_id in ({ids})")
-    db.execute(f"update memories set terms_norm = null where id in ({ids})")
-    reindex(db)
+    # memories written before with an apostrophe are indexed again, by maintenance in batches
+    # (Store.reindex_due), not here: on a large file that takes minutes, and a process starting
+    # meanwhile waits for the migration. Until then the term index (users above
+    # RECALL_INDEX_MIN_MEMORIES) may miss such a memory for a question naming its word.
+    db.execute("create table reindex_due (name text primary key, after_id integer not null,"
+               " until_id integer not null)")
+    db.execute("insert into reindex_due (name, after_id, until_id) select 'clitics', 0, max(id) from memories"
+               f" where {_WITH_APOSTROPHE} having count(*) > 0")

@@ -35,8 +35,7 @@ STOPWORDS = frozenset(
     i me my mine you your it its this that these those what which who how do does did doing have has
     had can could would should will shall may might must not no so very really just also too please
     some any there here when where why than then them they their we our us he she his her him
-    s t don doesn didn isn aren wasn weren won can't i'm i've i'd i'll let let's get got
-    shouldn couldn wouldn hasn haven hadn mustn needn ain
+    s t don doesn didn isn aren wasn won can't i'm i've i'd i'll let let's get got
     like love enjoy prefer dislike hate want need usually always often""".split()
 )
 # Single characters and bigrams that say nothing about the topic ("喜欢" is in every preference).
@@ -77,8 +76,9 @@ def stem(word: str) -> str:
 
 
 #: What an English word may end in after an apostrophe and still be the word before it: "John's"
-#: is John, "parents'" parents, "don't" don (a stopword), "we're" we; "O'Brien" stays one word.
-_CLITICS = frozenset({"s", "t", "re", "ve", "ll", "d", "m", ""})
+#: is John, "parents'" parents, "we're" we; "O'Brien" stays one word. A word ending in "'t" is a
+#: negation ("don't", "haven't"), which says nothing of what a message is about: no token.
+_CLITICS = frozenset({"s", "re", "ve", "ll", "d", "m", ""})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -87,6 +87,8 @@ def _word_token(word: str) -> str | None:
     word = word.replace("’", "'")
     if "'" in word:
         base, _, clitic = word.partition("'")
+        if clitic == "t":
+            return None
         if clitic in _CLITICS:
             word = base
     return _stemmed_token(word)
@@ -137,9 +139,10 @@ def apostrophe_tokens(text: str) -> frozenset[str]:
     """The tokens that the words of ``text`` with an apostrophe had before the clitic was split
     off (``john'`` for "John's", ``don't``): forget markers hold hashed tokens, and one made then
     must still match what it named. Empty for a text with no apostrophe."""
-    if "'" not in text and "’" not in text:
+    folded = nfkc(text).casefold()  # (a full-width apostrophe is one after NFKC)
+    if "'" not in folded and "’" not in folded:
         return frozenset()
-    words = _LATIN_WORD.findall(nfkc(text).casefold(), concurrent=False)
+    words = _LATIN_WORD.findall(folded, concurrent=False)
     out = {_stemmed_token(w.replace("’", "'")) for w in words if "'" in w or "’" in w}
     out.discard(None)
     return frozenset(out)

@@ -50,11 +50,11 @@ def test_a_task_expires_asks_once_then_leaves(db, funnel, task, ttl_days, unrela
     assert memory["type"] == "task" and memory["expires_at"] == T0 + ttl_days * DAY
     recaller = Recaller(db, funnel, RecallConfig())
 
-    assert jobs.maintain(db, T0 + ttl_days * DAY - 1) == {"expired": 0, "removed": 0, "resolved": 0}
+    assert jobs.maintain(db, T0 + ttl_days * DAY - 1) == {"expired": 0, "removed": 0, "resolved": 0, "reindexed": 0}
     assert recaller.recall("u", unrelated, now=T0 + ttl_days * DAY - 1) == []  # not relevant, not expired
 
     expired_at = T0 + ttl_days * DAY + 5
-    assert jobs.maintain(db, expired_at) == {"expired": 1, "removed": 0, "resolved": 0}
+    assert jobs.maintain(db, expired_at) == {"expired": 1, "removed": 0, "resolved": 0, "reindexed": 0}
     assert jobs.maintain(db, expired_at)["expired"] == 0  # idempotent
     (pending,) = Store(db).memories("u", include_inactive=True)
     assert (pending["status"], pending["active"], pending["remove_at"]) == (
@@ -66,7 +66,7 @@ def test_a_task_expires_asks_once_then_leaves(db, funnel, task, ttl_days, unrela
     jobs.touch(db, "u", [memory["id"]], expired_at + 60)  # the request's touch job
     assert recaller.recall("u", unrelated, now=expired_at + 120) == []  # ... at most once
 
-    assert jobs.maintain(db, pending["remove_at"]) == {"expired": 0, "removed": 1, "resolved": 0}
+    assert jobs.maintain(db, pending["remove_at"]) == {"expired": 0, "removed": 1, "resolved": 0, "reindexed": 0}
     assert Store(db).memories("u", include_inactive=True) == []
     audit = sqlite3.connect(db).execute("select user_id, action, count, reason from audit").fetchall()
     assert audit == [("u", "expired", 1, "not confirmed after expiry")]
@@ -107,9 +107,9 @@ def test_cli_maintain(db, funnel):
     say(db, funnel, "remind me to call the bank", T0)
     result = CliRunner().invoke(main, ["maintain", "--db", db, "--now", str(T0 + 15 * DAY), "--json"])
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == '{"expired": 1, "removed": 0, "resolved": 0}'
+    assert result.output.strip() == '{"expired": 1, "removed": 0, "resolved": 0, "reindexed": 0}'
     result = CliRunner().invoke(main, ["maintain", "--db", db, "--now", str(T0 + 30 * DAY)])
-    assert result.output.strip() == "expired 0, removed 1, resolved 0"
+    assert result.output.strip() == "expired 0, removed 1, resolved 0, reindexed 0"
 
 
 def test_rq_cron_schedules_maintenance_that_the_worker_runs(redis_url, db, funnel):

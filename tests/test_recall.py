@@ -36,6 +36,7 @@ def test_english_tokens_are_case_and_plural_insensitive():
     pytest.param("Mia’s cats", {"mia", "cat"}, id="curly-apostrophe"),
     pytest.param("we're sure it's Leo's", {"sure", "leo"}, id="contractions-are-their-word"),
     pytest.param("I don't, shouldn't, wouldn't, can't", set(), id="negations-are-stopwords"),
+    pytest.param("I haven't seen New Haven, ain't it", {"seen", "new", "haven"}, id="a-negations-stem-is-still-a-word"),
     pytest.param("O'Brien at five o'clock", {"o'brien", "five", "o'clock"}, id="apostrophe-inside-a-word"),
 ])
 def test_english_clitics_are_split_off(text, expected):

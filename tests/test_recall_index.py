@@ -243,21 +243,29 @@ def test_few_memories_load_everything(db):
 
 
 def test_memories_indexed_with_a_clitic_in_their_tokens_are_indexed_again(tmp_path):
-    """m011: a database written when "John's" was the token john' gets its terms made again, so the
-    index finds "John's car" for a question about John."""
+    """m011: a database written when "John's" was the token john' gets those memories' terms made
+    again, by maintenance in batches (not at start-up, which must not wait minutes on a large file),
+    so the index finds "John's car" for a question about John."""
     db = str(tmp_path / "old.db")
     with Store(db) as store:
         store.remember(payload("John's car is red", "john's car"))
         store.remember(payload("Ana’s cat is grey", "ana’s cat", ts=T0 + 1))
-        store.remember(payload("likes noodles", "noodles", ts=T0 + 2))
+        store.remember(payload("Leo＇s dog is old", "leo＇s dog", ts=T0 + 2))
+        store.remember(payload("likes noodles", "noodles", ts=T0 + 3))
+        assert store.db.execute("select count(*) from reindex_due").fetchone()[0] == 0  # a new file: none due
     conn = sqlite3.connect(db)
     with conn:  # the terms as they were written then
-        conn.execute("update memory_terms set term = 'john''' where term = 'john'")
-        conn.execute("update memory_terms set term = 'ana''' where term = 'ana'")
+        for word in ("john", "ana", "leo"):
+            conn.execute("update memory_terms set term = ? where term = ?", [word + "'", word])
+        conn.execute("drop table reindex_due")
         conn.execute("delete from _sqlite_migrations where name = 'm011_reindex_apostrophes'")
     noodles = conn.execute("select memory_id from memory_terms where term = 'noodle'").fetchall()
     conn.close()
-    Store(db).close()  # opening applies the migration
+    with Store(db) as store:  # opening applies the migration: it only marks the work due
+        assert store.db.execute("select count(*) from memory_terms where term like '%''%'").fetchone()[0] == 3
+        assert store.reindex_due(batch=2) == 3  # two transactions
+        assert store.reindex_due() == 0  # done, and the mark gone
+        assert store.db.execute("select count(*) from reindex_due").fetchone()[0] == 0
     assert_in_step(db)
     conn = sqlite3.connect(db)
     assert conn.execute("select count(*) from memory_terms where term like '%''%'").fetchone()[0] == 0
@@ -266,3 +274,16 @@ def test_memories_indexed_with_a_clitic_in_their_tokens_are_indexed_again(tmp_pa
     with Store(db) as store:
         john = store.db.execute("select id from memories where content = ?", ["John's car is red"]).fetchone()[0]
         assert [m["id"] for m in queries.matches(store, "u1", ["john"], [])] == [john]
+
+
+def test_the_reindex_after_m011_stops_at_its_budget_and_goes_on_later(tmp_path):
+    db = str(tmp_path / "old.db")
+    with Store(db) as store:
+        for i in range(5):
+            store.remember(payload(f"Tom's bike number {i}", f"tom's bike {i}", ts=T0 + i))
+        store.db.execute("insert into reindex_due (name, after_id, until_id) values ('clitics', 0, 5)")
+        assert store.reindex_due(batch=2, budget=0) == 0  # no time: nothing done, still due
+        assert store.reindex_due(batch=2, budget=-1) == 0
+        assert store.db.execute("select after_id from reindex_due").fetchone()[0] == 0
+        assert store.reindex_due(batch=2) == 5
+    assert_in_step(db)

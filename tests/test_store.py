@@ -243,6 +243,8 @@ def test_a_forget_marker_hashed_before_clitics_were_split_still_matches(tmp_path
     assert store.remember(payload("John's car is red", "john's car", ts=at - 10)) == ["discarded"]
     assert store.remember(payload("don't eat olives", "olives", polarity=-1, ts=at - 10)) == ["discarded"]
     assert store.remember(payload("Johnny has a red bike", "bike", ts=at - 10)) == ["stored"]
+    # A full-width apostrophe is one after NFKC, then and now.
+    assert store.remember(payload("John＇s car is blue", "john＇s car", ts=at - 10)) == ["discarded"]
     # Markers made now name the same memories by their new tokens.
     with store.write():
         store.mark_forgotten("u1", "Maria's flat", at)
