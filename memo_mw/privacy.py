@@ -306,9 +306,13 @@ _NUMBERS: tuple[_Mask, ...] = (
     (_US_PHONE, "[phone]"),
 )
 
-_DIGIT = regex.compile(r"[0-9]")
+# The first looks of _mask, in the standard library's engine (ASCII classes only: the same matches,
+# in about half the time of the regex module's call).
+_DIGIT = re.compile(r"[0-9]")
 # Every ID, card and phone number holds 7+ digits with at most two separators between two.
-_DIGIT_RUN = regex.compile(r"[0-9](?:[ ().+-]{0,2}[0-9]){6}")
+_DIGIT_RUN = re.compile(r"[0-9](?:[ ().+-]{0,2}[0-9]){6}")
+# A piece of 32+ characters between whitespace (str.split's whitespace: the same test, Py_UNICODE_ISSPACE).
+_LONG_PIECE = re.compile(r"\S{32}")
 
 
 # Everything any mask below needs, looked for at once: most messages hold none of it. Literal
@@ -335,7 +339,7 @@ def mask_pii(text: str) -> str:
 def _mask(text: str) -> str:
     """mask_pii() without the first look: the patterns whose hints are there run (this runs on
     every message in the request path)."""
-    has_digit = _DIGIT.search(text, concurrent=False) is not None
+    has_digit = _DIGIT.search(text) is not None
     lower = text.lower()
     has = lower.__contains__
     masks: list[_Mask] = []
@@ -352,9 +356,9 @@ def _mask(text: str) -> str:
     if "@" in text or "＠" in text:
         masks.extend(_EMAILS)
     # A run of 32 key characters lies inside one whitespace-separated piece of 32 or more.
-    if has_digit and len(text) >= 32 and max(map(len, text.split()), default=0) >= 32:
+    if has_digit and len(text) >= 32 and _LONG_PIECE.search(text) is not None:
         masks.extend(_RANDOMS)
-    if has_digit and _DIGIT_RUN.search(text, concurrent=False) is not None:
+    if has_digit and _DIGIT_RUN.search(text) is not None:
         masks.extend(_NUMBERS)
     for pattern, replacement in masks:
         # Not letting go of the GIL (the regex module's default): in a threaded server each

@@ -132,3 +132,18 @@ def test_the_body_decoder_shortcut_is_the_decoder(sample):
     from memo_mw import middleware
 
     assert _decoded(middleware._decode, sample) == _decoded(middleware._DECODER.decode, sample)
+
+
+PIECE_TEXTS = st.lists(st.sampled_from(["a" * 31, "b", "1", "2" * 7, "-", "(", ")", ".", "+", " ", "\u00a0", "\u2003",
+                                        "\x1c", "\t", "\n", "\u3000", "x" * 33, "é", "９"]), max_size=8).map("".join)
+
+
+@SETTINGS
+@given(PIECE_TEXTS)
+def test_the_masks_first_looks_are_the_general_ones(sample):
+    """privacy._mask looks for digits, 7-digit runs and a 32-character piece with the standard
+    library's engine: what the regex module and str.split find."""
+    assert (privacy._DIGIT.search(sample) is not None) == (regex.search(r"[0-9]", sample) is not None)
+    assert (privacy._DIGIT_RUN.search(sample) is not None) == \
+        (regex.search(r"[0-9](?:[ ().+-]{0,2}[0-9]){6}", sample) is not None)
+    assert (privacy._LONG_PIECE.search(sample) is not None) == (max(map(len, sample.split()), default=0) >= 32)
