@@ -170,7 +170,11 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
         return NULL;
     }
     PyObject *text = args[0], *stopwords = args[1], *by_stem = args[2], *word_phrases = args[3], *empty = args[4];
-    if (!PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "ascii_analysis: a str expected");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text)) {
         PyErr_SetString(PyExc_ValueError, "ascii_analysis: an ASCII str expected");
         return NULL;
     }
@@ -257,7 +261,11 @@ static int is_word_char(unsigned char c) {
 }
 
 static PyObject *marked_lower(PyObject *module, PyObject *text) {
-    if (!PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_SetString(PyExc_TypeError, "marked_lower: a str expected");
+        return NULL;
+    }
+    if (!PyUnicode_IS_ASCII(text)) {
         PyErr_SetString(PyExc_ValueError, "marked_lower: an ASCII str expected");
         return NULL;
     }

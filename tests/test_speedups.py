@@ -123,3 +123,7 @@ def test_what_it_cannot_read_is_a_clear_error():
         speedups.ascii_analysis("ice cream", text.STOPWORDS, {}, {"ice": "not a list"}, _NO_TOPICS)
     with pytest.raises(TypeError):
         speedups.ascii_analysis("x")
+    with pytest.raises(TypeError, match="str"):
+        speedups.ascii_analysis(b"bytes", text.STOPWORDS, None, None, None)
+    with pytest.raises(TypeError, match="str"):
+        speedups.marked_lower(None)
