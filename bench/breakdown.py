@@ -17,16 +17,14 @@ import argparse
 import collections
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.perf import call, chat_app, pct, seed_memories, timing  # noqa: E402
+from bench.perf import call, pct, timing, wrapped_pair  # noqa: E402
 from memo_mw import MemoryMiddleware  # noqa: E402
 from tests.loadgen import word  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
 
 #: The steps timed: (label, object path from the middleware, method name).
 STEPS = [
@@ -51,13 +49,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=20000)
     parser.add_argument("--digits", action="store_true", help="a number in each message")
     args = parser.parse_args()
-    folder = tempfile.mkdtemp(prefix="memo-breakdown-")
-    server = RedisServer(folder)
-    server.start()
-    try:
-        bare = chat_app().wsgi_app
-        middleware = MemoryMiddleware(chat_app().wsgi_app, db=f"{folder}/b.db", redis_url=server.url)
-        seed_memories(middleware)
+    with wrapped_pair("breakdown") as (bare, middleware):
         spent: collections.Counter = collections.Counter()
         for label, path, name in STEPS:
             if name is not None:
@@ -106,9 +98,6 @@ def main() -> int:
         print(f"  {'everything else':18} {(memo_mean - inside - steps) * 1e6:6.1f} us  (reading and restoring the body, "
               f"the glue between the steps, the timers themselves, and what lands outside the steps: GC, other "
               f"threads)")
-        middleware.queue.close()
-    finally:
-        server.stop()
     return 0
 
 

@@ -28,6 +28,7 @@ Starts its own redis-server (never touches another). Machine notes and results: 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -68,6 +69,25 @@ def seed_memories(middleware, user="u", n=100):
             result = middleware.funnel.process(f"I like {THINGS[i % len(THINGS)]} style {word(i)}")
             ts = time.time() - i * 3600
             store.remember(remember_payload(result, user_id=user, session_id="s", ts=ts, message_id=None, time_key=ts))
+
+
+@contextlib.contextmanager
+def wrapped_pair(name: str):
+    """A redis-server of its own, the bare chat app and the same app wrapped by the middleware
+    (its user "u" with 100 memories): figure 1's request, for the scripts that take it apart."""
+    folder = tempfile.mkdtemp(prefix=f"memo-{name}-")
+    server = RedisServer(folder)
+    server.start()
+    try:
+        bare = chat_app().wsgi_app
+        middleware = MemoryMiddleware(chat_app().wsgi_app, db=f"{folder}/{name}.db", redis_url=server.url)
+        seed_memories(middleware)
+        try:
+            yield bare, middleware
+        finally:
+            middleware.queue.close()
+    finally:
+        server.stop()
 
 
 def chat_app():

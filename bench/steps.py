@@ -21,17 +21,14 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.perf import alternate, call, chat_app, pct, seed_memories  # noqa: E402
-from memo_mw import MemoryMiddleware  # noqa: E402
+from bench.perf import alternate, call, pct, wrapped_pair  # noqa: E402
 from memo_mw.funnel import FunnelResult  # noqa: E402
 from memo_mw.userstate import EMPTY  # noqa: E402
 from tests.loadgen import word  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
 
 TEXT = "what's the weather like in {} today?"
 
@@ -53,13 +50,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=10000, help="requests of each app per line")
     parser.add_argument("--rounds", type=int, default=2, help="times the whole table is measured")
     args = parser.parse_args()
-    folder = tempfile.mkdtemp(prefix="memo-steps-")
-    server = RedisServer(folder)
-    server.start()
-    try:
-        bare = chat_app().wsgi_app
-        middleware = MemoryMiddleware(chat_app().wsgi_app, db=f"{folder}/s.db", redis_url=server.url)
-        seed_memories(middleware)
+    with wrapped_pair("steps") as (bare, middleware):
         table = steps(middleware)
         lines = ["body, JSON, turn, user id"] + [label for label, *_ in table] + ["bound: needles, tokens, topics free"]
         funnel = getattr(middleware.funnel, "funnel", middleware.funnel)
@@ -92,13 +83,10 @@ def main() -> int:
         previous = 1.0
         for line in lines:
             ratio = statistics.median(ratios[line])
-            increase = "" if line.startswith("bound") else f"  +{ratio - previous:.2f}x"
+            increase = "" if line.startswith("bound") else f"  {ratio - previous:+.2f}x"
             print(f"  {line:48} {ratio:.2f}x{increase}")
             if not line.startswith("bound"):
                 previous = ratio
-        middleware.queue.close()
-    finally:
-        server.stop()
     return 0
 
 
