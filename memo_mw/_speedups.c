@@ -164,20 +164,27 @@ static int add_phrase_topics(PyObject *words, PyObject *word_phrases, PyObject *
     return 0;
 }
 
+/* 0 when text is an ASCII str; else -1 with the error set (TypeError, or ValueError for other text). */
+static int check_ascii(PyObject *text, const char *function) {
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "%s: a str expected", function);
+        return -1;
+    }
+    if (!PyUnicode_IS_ASCII(text)) {
+        PyErr_Format(PyExc_ValueError, "%s: an ASCII str expected", function);
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty)");
         return NULL;
     }
     PyObject *text = args[0], *stopwords = args[1], *by_stem = args[2], *word_phrases = args[3], *empty = args[4];
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "ascii_analysis: a str expected");
+    if (check_ascii(text, "ascii_analysis") < 0)
         return NULL;
-    }
-    if (!PyUnicode_IS_ASCII(text)) {
-        PyErr_SetString(PyExc_ValueError, "ascii_analysis: an ASCII str expected");
-        return NULL;
-    }
     if (!PyAnySet_Check(stopwords) || (by_stem != Py_None && !PyDict_Check(by_stem)) ||
         (word_phrases != Py_None && !PyDict_Check(word_phrases))) {
         PyErr_SetString(PyExc_TypeError, "ascii_analysis: a set of stopwords and dicts (or None) expected");
@@ -261,14 +268,8 @@ static int is_word_char(unsigned char c) {
 }
 
 static PyObject *marked_lower(PyObject *module, PyObject *text) {
-    if (!PyUnicode_Check(text)) {
-        PyErr_SetString(PyExc_TypeError, "marked_lower: a str expected");
+    if (check_ascii(text, "marked_lower") < 0)
         return NULL;
-    }
-    if (!PyUnicode_IS_ASCII(text)) {
-        PyErr_SetString(PyExc_ValueError, "marked_lower: an ASCII str expected");
-        return NULL;
-    }
     const unsigned char *s = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text), runs = 0;
     for (Py_ssize_t i = 0; i < n; i++) {

@@ -673,8 +673,9 @@ def m011_reindex_apostrophes(db: sqlite_utils.Database) -> None:
     # An English word's clitic is no longer part of its token ("John's" is john, not john'): the
     # memories written before with an apostrophe are indexed again, by maintenance in batches
     # (Store.reindex_due), not here: on a large file that takes minutes, and a process starting
-    # meanwhile waits for the migration. Until then the term index (users above
-    # RECALL_INDEX_MIN_MEMORIES) may miss such a memory for a question naming its word.
+    # meanwhile waits for the migration. Until then the term index (read for a user the web
+    # process does not cache: above RECALL_CACHE_USER_MEMORIES) may miss such a memory for a
+    # question naming its word.
     db.execute("create table reindex_due (name text primary key, after_id integer not null,"
                " until_id integer not null)")
     db.execute("insert into reindex_due (name, after_id, until_id) select 'clitics', 0, max(id) from memories"
