@@ -31,6 +31,7 @@ the middleware never turns a working request into a failing one.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import json
@@ -243,6 +244,8 @@ class MemoryMiddleware:
         turn = read_turn(body)
         if turn is None:
             return None
+        if (b"\\ud" in raw or b"\\uD" in raw) and not turn.message.isascii():
+            turn = _without_lone_surrogates(turn)
         user_id = self._user(environ, body, turn)
         if user_id is None:
             return None
@@ -358,6 +361,18 @@ class MemoryMiddleware:
 #: What almost every client sends as its content type (anything else is parsed by _json_type).
 _PLAIN_JSON = frozenset({"application/json", "application/json; charset=utf-8", "application/json;charset=utf-8",
                          "application/json; charset=UTF-8", "application/json;charset=UTF-8"})
+
+
+def _without_lone_surrogates(turn: Turn) -> Turn:
+    """The turn with any lone surrogate in its message (a ``\\ud800`` escape alone, valid JSON with
+    no character behind it, which nothing can encode as UTF-8 to hash or store) read as U+FFFD;
+    the app's body is left as it came."""
+    try:
+        turn.message.encode("utf-8")
+    except UnicodeEncodeError:
+        message = turn.message.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return dataclasses.replace(turn, message=message)
+    return turn
 
 
 def _reject_constant(name: str) -> None:
