@@ -48,7 +48,7 @@ from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .recall import RecallConfig, format_block
 from .rules import RuleSet
-from .text import stable_id
+from .text import json_utf8, stable_id
 from .store import check_writable
 from .userstate import EMPTY, UserState, forget_marker, rewrite_pending, without_forgotten
 
@@ -279,11 +279,7 @@ class MemoryMiddleware:
         if memories or profile:
             block = format_block(memories, profile)
             new_body = inject(body, turn, block, field=self.inject_field)
-            try:
-                text = json.dumps(new_body, ensure_ascii=False)
-                new_raw = text.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate (a \ud800 escape in the JSON) has no UTF-8 form
-                new_raw = json.dumps(new_body).encode("ascii")
+            new_raw = json_utf8(new_body)
             environ[ENVIRON_MEMORIES] = memories
             environ[ENVIRON_BLOCK] = block
             if profile:

@@ -33,6 +33,7 @@ from . import defaults
 from .breaker import CircuitBreaker
 from .statecache import CachedUserState
 from .store import retry_setup
+from .text import json_utf8
 from .userstate import EMPTY, UserState, forget_marker, without_slot
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class Outbox:
         return conn
 
     def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
-        row = [func, json.dumps(args, ensure_ascii=False), job_id, user_id, time.time()]
+        row = [func, json_utf8(args).decode("utf-8"), job_id, user_id, time.time()]
         conn = self._connect()
         with self._turn():
             conn.execute("insert into outbox (func, args, job_id, user_id, created) values (?, ?, ?, ?, ?)", row)

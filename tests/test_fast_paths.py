@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import string
 
+import pytest
 import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -147,3 +148,35 @@ def test_the_masks_first_looks_are_the_general_ones(sample):
     assert (privacy._DIGIT_RUN.search(sample) is not None) == \
         (regex.search(r"[0-9](?:[ ().+-]{0,2}[0-9]){6}", sample) is not None)
     assert (privacy._LONG_PIECE.search(sample) is not None) == (max(map(len, sample.split()), default=0) >= 32)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2 ** 80, max_value=2 ** 80)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),  # text() includes lone surrogates
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20)
+
+
+@SETTINGS
+@given(JSON_VALUES)
+def test_json_utf8_is_the_standard_librarys_value_in_utf8(value):
+    """orjson where it can, the standard library where it refuses (big integers, lone surrogates):
+    the same value either way, as valid UTF-8."""
+    encoded = text.json_utf8(value)
+    assert json.loads(encoded.decode("utf-8")) == json.loads(json.dumps(value))
+
+
+def test_json_utf8_falls_back_for_what_orjson_refuses(monkeypatch):
+    assert text._orjson is not None, "orjson is a dependency: installed with the package"
+    value = {"message": "乌龙茶", "n": 1.5}
+    assert text.json_utf8(value) == '{"message":"乌龙茶","n":1.5}'.encode()  # compact, UTF-8 as is
+    deep: list = []
+    for _ in range(300):  # deeper than orjson goes
+        deep = [deep]
+    for refused in ({"big": 2 ** 70}, {"x": "\ud800"}, deep, {1: "a"}):
+        with pytest.raises(TypeError):
+            text._orjson.dumps(refused)
+        assert json.loads(text.json_utf8(refused)) == json.loads(json.dumps(refused))
+    monkeypatch.setattr(text, "_orjson", None)  # without orjson: the same bytes from the standard library
+    assert text.json_utf8(value) == '{"message":"乌龙茶","n":1.5}'.encode()
+    assert text.json_utf8({"x": "\ud800"}) == b'{"x":"\\ud800"}'
