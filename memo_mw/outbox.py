@@ -99,14 +99,20 @@ class Outbox:
     def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
         row = [func, json_utf8(args).decode("utf-8"), job_id, user_id, time.time()]
         conn = self._connect()
-        with self._turn():
+        self._take_turn()  # (not _turn(): a request's write skips the context manager's frames)
+        try:
             conn.execute("insert into outbox (func, args, job_id, user_id, created) values (?, ?, ?, ?, ?)", row)
+        finally:
+            self._writing.release()
 
-    @contextlib.contextmanager
-    def _turn(self):
+    def _take_turn(self) -> None:
         """This process's turn to write, waited for no longer than SQLite's own busy timeout."""
         if not self._writing.acquire(timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000):
             raise sqlite3.OperationalError(f"the outbox {self.path} stayed busy")
+
+    @contextlib.contextmanager
+    def _turn(self):
+        self._take_turn()
         try:
             yield
         finally:
