@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import defaults
-from .recall import RecallConfig, _weight, line, score
+from .recall import RecallConfig, _weight, line, score, static_features
 from .store import MEMORY_COLUMNS, row_to_memory
 from .text import tokens
 
@@ -75,8 +75,8 @@ class UserMemories:
     always: tuple[int, ...]
     max_hits: int
     #: What recall.score computes from each memory (by id() of its dict): tokens, their weight,
-    #: topics, the length of its line.
-    features: dict[int, tuple[frozenset[str], float, frozenset[str], int]]
+    #: topics, the length of its line, then recall.static_features.
+    features: dict[int, tuple]
     #: The user's ``touched`` (recall counts) when loaded: a small user is simply loaded again.
     touched: int = 0
     #: The memories on each slot (key): a pending statement on one replaces them.
@@ -100,7 +100,8 @@ class UserMemories:
                 by_topic[topic].append(i)
             if memory.get("type") == "style" or memory.get("status") == "pending_confirm":
                 always.append(i)
-            features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)))
+            features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)),
+                                    *static_features(memory))
         return cls(version, memories, {t: tuple(v) for t, v in by_token.items()},
                    {t: tuple(v) for t, v in by_topic.items()}, tuple(always),
                    max((int(m.get("hits") or 0) for m in memories), default=0), features, touched,

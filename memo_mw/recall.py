@@ -11,6 +11,7 @@ expired task awaiting confirmation is shown once, marked, whatever the message.
 from __future__ import annotations
 
 import math
+import operator
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -56,11 +57,25 @@ def relevance(query_tokens: set[str], memory_tokens: set[str], *, q: float | Non
     return sum(_weight(t) for t in common) / math.sqrt(q * m)
 
 
+def static_features(memory: dict[str, Any]) -> tuple[Any, int, float | None, float, Any, int]:
+    """What :func:`score` reads from a memory besides its text, the same for every query: its expiry
+    (None while it awaits confirmation: then it shows), whether it is always shown (2: style,
+    1: awaiting confirmation), when it was last used (None: never, counted as the request's time),
+    ``log1p`` of its hits, and its source time and id (which break ties)."""
+    confirm = memory.get("status") == "pending_confirm"
+    last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at")
+    return (None if confirm else memory.get("expires_at"),
+            2 if memory.get("type") == "style" else 1 if confirm else 0,
+            float(last) if last else None,
+            math.log1p(int(memory.get("hits") or 0)),
+            memory.get("source_ts") or 0, memory.get("id") or 0)
+
+
 def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None = None,
           config: RecallConfig = RecallConfig(), recall_all: bool = False,
           topics: Callable[[str], frozenset[str]] | None = None,
           max_hits: int | None = None,
-          features: dict[int, tuple[frozenset[str], float, frozenset[str], int]] | None = None
+          features: dict[int, tuple] | None = None
           ) -> list[dict[str, Any]]:
     """The memories to inject for ``query``, best first, each with its ``score``.
 
@@ -69,8 +84,8 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     ``max_hits``: the most hits among the user's memories, by default the most among ``memories``
     (the index path passes it: it scores only some of them).
     ``features``: by ``id()`` of a memory dict, what is computed here from it otherwise: its tokens,
-    their weight, its topics and the length of its line (memo_mw.memcache keeps them with the
-    memories it keeps).
+    their weight, its topics, the length of its line and its :func:`static_features`
+    (memo_mw.memcache keeps them with the memories it keeps).
     """
     now = time.time() if now is None else now
     memories = list(memories)
@@ -85,38 +100,47 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     max_hits = max(config.hotness_full, max_hits)
     hot_norm = math.log1p(max_hits) if max_hits else 0.0
     q = sum(_weight(t) for t in query_tokens)  # the query's weight, once for every memory
+    # Each query token's weight, looked up in C for the tokens a memory shares (relevance() adds
+    # the same weights in the same order: the same float).
+    weight_of = {t: _weight(t) for t in query_tokens}.__getitem__
+    sqrt, exp = math.sqrt, math.exp
     w_rel, w_rec, w_hot, w_topic, decay = (config.w_relevance, config.w_recency, config.w_hotness,
                                            config.w_topic, config.decay)
     features = features or {}
     scored = []
     for memory in memories:
-        confirm = memory.get("status") == "pending_confirm"
-        if not confirm and memory.get("expires_at") is not None and memory["expires_at"] <= now:
-            continue  # expired: not injected until maintenance asks for a confirmation
         known = features.get(id(memory))
+        if known is None:
+            expires, always, last, log_hits, order_ts, order_id = static_features(memory)
+        else:
+            memory_tokens, m, memory_topics, width, expires, always, last, log_hits, order_ts, order_id = known
+        if expires is not None and expires <= now:
+            continue  # expired: not injected until maintenance asks for a confirmation
         if known is None:
             memory_tokens = tokens(f"{memory['content']} {memory['key']}")
             m = width = None
+        common = query_tokens & memory_tokens  # relevance(query_tokens, memory_tokens, q=q, m=m), inline
+        if common:
+            if m is None:
+                m = sum(_weight(t) for t in memory_tokens)
+            rel = sum(map(weight_of, common)) / sqrt(q * m)
         else:
-            memory_tokens, m, memory_topics, width = known
-        rel = relevance(query_tokens, memory_tokens, q=q, m=m)
+            rel = 0.0
         if query_topics:
             if known is None:
                 memory_topics = set(memory.get("topics") or ()) or topics(memory["content"])
             if query_topics & memory_topics:
                 rel = min(1.0, rel + w_topic)
-        always = 2 if memory.get("type") == "style" else 1 if confirm else 0
         if not (rel > 0 or always or recall_all):
             continue
-        last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
-        days = max(0.0, (now - float(last)) / 86400)
-        recency = math.exp(-decay * days)
-        hotness = math.log1p(int(memory.get("hits") or 0)) / hot_norm if max_hits else 0.0
+        days = max(0.0, (now - (float(now) if last is None else last)) / 86400)
+        recency = exp(-decay * days)
+        hotness = log_hits / hot_norm if max_hits else 0.0
         total = w_rel * rel + w_rec * recency + w_hot * hotness
         # Always in: how to answer (style), and an expired task's one request for confirmation.
-        scored.append((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0, rel, memory, width))
+        scored.append((always, round(total, 6), order_ts, order_id, rel, memory, width))
     # Style first, then confirmations, then by score; ties go to the more recent statement.
-    scored.sort(key=_order, reverse=True)
+    scored.sort(key=_ORDER, reverse=True)
     chosen, used = [], 0
     for always, total, _, _, rel, memory, width in scored:
         if len(chosen) >= config.k:
@@ -129,8 +153,8 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     return chosen
 
 
-def _order(entry: tuple) -> tuple:
-    return entry[:4]
+#: The sort key of a scored entry: (always, score, source_ts, id).
+_ORDER = operator.itemgetter(0, 1, 2, 3)
 
 
 #: Brackets, and the look-alikes a model reads as brackets, become parentheses in memory text.

@@ -8,7 +8,7 @@ import pytest
 from memo_mw.funnel import Funnel
 from memo_mw.memcache import MemoryCache, UserMemories
 from memo_mw.pipeline import Recaller, remember_payload
-from memo_mw.recall import RecallConfig
+from memo_mw.recall import RecallConfig, score
 from memo_mw.rules import load_rules
 from memo_mw.store import Store
 from memo_mw.userstate import EMPTY, UserState, forget_marker
@@ -132,3 +132,28 @@ def test_with_pending_statements_the_cache_scores_candidates_and_agrees(db, funn
             state = UserState(pending, [], set())
             assert answers(cached, "alice", state) == answers(plain, "alice", state), texts
     assert cached.cache.stats["hit"] > 0
+
+
+def test_kept_features_score_as_the_memories_themselves(db, funnel):
+    """UserMemories keeps what scoring reads from each memory (recall.static_features); with them
+    the scores and picks are those of the memories read as they are, whatever their state:
+    expired, awaiting confirmation, style, recalled before, or with no times at all."""
+    for i, text in enumerate(STATEMENTS):
+        say(db, funnel, "alice", text, NOW - 86400 * i)
+    memories = Store(db).recall_candidates("alice")
+    for i, memory in enumerate(memories):
+        memory.update({"hits": 3 * i, "last_accessed": NOW - 3600 * i if i % 2 else None})
+        if i % 4 == 1:
+            memory["expires_at"] = NOW - 60
+        if i % 5 == 2:
+            memory.update(status="pending_confirm", expires_at=NOW - 60)
+        if i % 6 == 3:
+            memory.update(source_ts=None, created_at=None, last_accessed=None)
+    kept = UserMemories.build(1, memories, funnel.topics.tag)
+    for later in (0, 3600, 86400 * 30):
+        for query in QUERIES:
+            for recall_all in (False, True):
+                args = dict(now=NOW + later, topics=funnel.topics.tag, recall_all=recall_all)
+                with_features = score(kept.memories, query, features=kept.features, **args)
+                assert with_features == score(kept.memories, query, **args)
+    assert any(m.get("status") == "pending_confirm" for m in score(kept.memories, "hello", now=NOW))
