@@ -100,8 +100,11 @@ class UserMemories:
                 by_topic[topic].append(i)
             if memory.get("type") == "style" or memory.get("status") == "pending_confirm":
                 always.append(i)
-            features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)),
-                                    *static_features(memory))
+            try:
+                static = static_features(memory)
+            except (KeyError, TypeError, ValueError):  # outside the schema: scored from the dict, raising there
+                continue
+            features[id(memory)] = (words, sum(_weight(t) for t in words), topics, len(line(memory)), *static)
         return cls(version, memories, {t: tuple(v) for t, v in by_token.items()},
                    {t: tuple(v) for t, v in by_topic.items()}, tuple(always),
                    max((int(m.get("hits") or 0) for m in memories), default=0), features, touched,

@@ -244,7 +244,7 @@ class MemoryMiddleware:
         turn = read_turn(body)
         if turn is None:
             return None
-        if (b"\\ud" in raw or b"\\uD" in raw) and not turn.message.isascii():
+        if b"\\ud" in raw or b"\\uD" in raw:
             turn = _without_lone_surrogates(turn)
         user_id = self._user(environ, body, turn)
         if user_id is None:
@@ -360,15 +360,18 @@ _PLAIN_JSON = frozenset({"application/json", "application/json; charset=utf-8", 
 
 
 def _without_lone_surrogates(turn: Turn) -> Turn:
-    """The turn with any lone surrogate in its message (a ``\\ud800`` escape alone, valid JSON with
-    no character behind it, which nothing can encode as UTF-8 to hash or store) read as U+FFFD;
-    the app's body is left as it came."""
-    try:
-        turn.message.encode("utf-8")
-    except UnicodeEncodeError:
-        message = turn.message.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-        return dataclasses.replace(turn, message=message)
-    return turn
+    """The turn with any lone surrogate in its text (a ``\\ud800`` escape alone, valid JSON with no
+    character behind it, which nothing can encode as UTF-8 to hash or store) read as U+FFFD: in
+    the message, the user, session and message ids; the app's body is left as it came."""
+    changes = {}
+    for name in ("message", "body_user", "session_id", "message_id"):
+        value = getattr(turn, name)
+        if value is not None and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                changes[name] = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return dataclasses.replace(turn, **changes) if changes else turn
 
 
 def _reject_constant(name: str) -> None:

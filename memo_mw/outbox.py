@@ -150,7 +150,7 @@ class Outbox:
                 changed += 1
                 if kept["candidates"]:
                     conn.execute("update outbox set args = ? where id = ?",
-                                 [json.dumps([args[0], kept, *args[2:]], ensure_ascii=False), row_id])
+                                 [json_utf8([args[0], kept, *args[2:]]).decode("utf-8"), row_id])
                 else:
                     conn.execute("delete from outbox where id = ?", [row_id])
         # Always, not only when a row changed: rows already sent left old copies in the WAL

@@ -57,18 +57,26 @@ def relevance(query_tokens: set[str], memory_tokens: set[str], *, q: float | Non
     return sum(_weight(t) for t in common) / math.sqrt(q * m)
 
 
-def static_features(memory: dict[str, Any]) -> tuple[Any, int, float | None, float, Any, int]:
-    """What :func:`score` reads from a memory besides its text, the same for every query: its expiry
-    (None while it awaits confirmation: then it shows), whether it is always shown (2: style,
-    1: awaiting confirmation), when it was last used (None: never, counted as the request's time),
-    ``log1p`` of its hits, and its source time and id (which break ties)."""
+def shown_features(memory: dict[str, Any]) -> tuple[Any, int]:
+    """Whether a memory can show, the same for every query: its expiry (None while it awaits
+    confirmation: then it shows) and whether it is always shown (2: style, 1: awaiting confirmation)."""
     confirm = memory.get("status") == "pending_confirm"
+    return None if confirm else memory.get("expires_at"), 2 if memory.get("type") == "style" else 1 if confirm else 0
+
+
+def used_features(memory: dict[str, Any]) -> tuple[float | None, float, Any, int]:
+    """How a memory ranks besides its relevance, the same for every query: when it was last used
+    (None: never, counted as the request's time), ``log1p`` of its hits, and its source time and id
+    (which break ties). Raises for a memory outside the schema (hits below zero, a time that is text)."""
     last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at")
-    return (None if confirm else memory.get("expires_at"),
-            2 if memory.get("type") == "style" else 1 if confirm else 0,
-            float(last) if last else None,
-            math.log1p(int(memory.get("hits") or 0)),
-            memory.get("source_ts") or 0, memory.get("id") or 0)
+    return (float(last) if last else None, math.log1p(int(memory.get("hits") or 0)),
+            memory.get("source_ts") or 0, memory["id"] or 0)
+
+
+def static_features(memory: dict[str, Any]) -> tuple:
+    """What :func:`score` reads from a memory besides its text: :func:`shown_features` then
+    :func:`used_features`."""
+    return shown_features(memory) + used_features(memory)
 
 
 def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None = None,
@@ -111,7 +119,7 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     for memory in memories:
         known = features.get(id(memory))
         if known is None:
-            expires, always, last, log_hits, order_ts, order_id = static_features(memory)
+            expires, always = shown_features(memory)
         else:
             memory_tokens, m, memory_topics, width, expires, always, last, log_hits, order_ts, order_id = known
         if expires is not None and expires <= now:
@@ -133,6 +141,8 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
                 rel = min(1.0, rel + w_topic)
         if not (rel > 0 or always or recall_all):
             continue
+        if known is None:  # (only for a memory that scores: a malformed one raises only then)
+            last, log_hits, order_ts, order_id = used_features(memory)
         days = max(0.0, (now - (float(now) if last is None else last)) / 86400)
         recency = exp(-decay * days)
         hotness = log_hits / hot_norm if max_hits else 0.0

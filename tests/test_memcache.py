@@ -157,3 +157,20 @@ def test_kept_features_score_as_the_memories_themselves(db, funnel):
                 with_features = score(kept.memories, query, features=kept.features, **args)
                 assert with_features == score(kept.memories, query, **args)
     assert any(m.get("status") == "pending_confirm" for m in score(kept.memories, "hello", now=NOW))
+
+
+def test_a_malformed_memory_fails_only_the_requests_it_would_score_in(db, funnel):
+    """A row outside the schema (hits below zero) kept in the cache: the requests it scores in
+    raise as scoring it from the dict does, the others are answered as before."""
+    for i, text in enumerate(STATEMENTS[:4]):
+        say(db, funnel, "alice", text, NOW - 86400 * i)
+    memories = Store(db).recall_candidates("alice")
+    broken = next(m for m in memories if "tea" in m["content"])
+    broken["hits"] = -1
+    kept = UserMemories.build(1, memories, funnel.topics.tag)
+    assert id(broken) not in kept.features
+    args = dict(now=NOW, topics=funnel.topics.tag)
+    assert score(kept.memories, "weekend plans?", features=kept.features, **args) == \
+        score(kept.memories, "weekend plans?", **args) != []
+    with pytest.raises(ValueError):
+        score(kept.memories, "any tea tips?", features=kept.features, **args)

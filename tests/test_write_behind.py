@@ -241,13 +241,13 @@ def test_a_middleware_built_before_a_fork_works_in_the_child(db, redis_url, open
 
 
 def test_a_capture_holding_a_lone_surrogate_reaches_the_store(db, redis_url, opened):
-    """A ``\\ud800`` escape in the body is valid JSON but has no UTF-8 form: the outbox row
-    holds it escaped, and the worker stores the memory."""
+    """A ``\\ud800`` escape in the body is valid JSON but has no UTF-8 form: the message and the
+    ids read it as U+FFFD, and the worker stores the memory."""
     client, middleware = wrap(db, redis_url, opened)
-    body = b'{"message": "I like kalimba \\ud800 music"}'
+    body = b'{"message": "I like kalimba \\ud800 music", "message_id": "m\\ud800", "session_id": "s\\uDFFF"}'
     reply = client.post("/chat", data=body, content_type="application/json", headers={"X-User-Id": "alice"})
     assert reply.status_code == 200
     assert wait_until(lambda: [j.func_name for j in queued(redis_url)] == ["memo_mw.jobs.remember"], timeout=5)
     drain(redis_url)
     [memory] = Store(db).memories("alice")
-    assert "kalimba" in memory["content"]
+    assert "kalimba" in memory["content"] and memory["source_session"] == "s\ufffd"
