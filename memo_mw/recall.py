@@ -176,8 +176,24 @@ def _escape(text: str) -> str:
     return " ".join(str(text).split()).translate(_BRACKETS)
 
 
+#: The dates _day() has written, by day since the epoch.
+_DAYS: dict[int, str] = {}
+
+
+def _day(ts: float) -> str:
+    """The UTC date of a Unix time as YYYY-MM-DD (a block writes several: each day's is kept)."""
+    key = ts // 86400
+    day = _DAYS.get(key)
+    if day is None:
+        day = time.strftime("%Y-%m-%d", time.gmtime(ts))
+        if len(_DAYS) >= 4096:
+            _DAYS.clear()
+        _DAYS[key] = day
+    return day
+
+
 def line(memory: dict[str, Any]) -> str:
-    day = time.strftime("%Y-%m-%d", time.gmtime(memory.get("source_ts") or memory.get("created_at") or 0))
+    day = _day(memory.get("source_ts") or memory.get("created_at") or 0)
     marks = [_escape(memory["type"]), day]
     if memory.get("status") == "pending_confirm":
         marks.append("expired, ask whether it still holds")
@@ -206,7 +222,7 @@ def format_block(memories: list[dict[str, Any]], profile: list[dict[str, Any]] =
     lines = [BLOCK_BEGIN, *(line(m) for m in memories)]
     if memories:
         latest = max(memories, key=lambda m: m.get("source_ts") or 0)
-        day = time.strftime("%Y-%m-%d", time.gmtime(latest.get("source_ts") or 0))
+        day = _day(latest.get("source_ts") or 0)
         lines.append(f"[SOURCE: {_escape(latest.get('source_session') or '-')} / {day}]")
     if profile:
         lines += [PROFILE, *(profile_line(i) for i in profile)]

@@ -180,3 +180,16 @@ def test_json_utf8_falls_back_for_what_orjson_refuses(monkeypatch):
     monkeypatch.setattr(text, "_orjson", None)  # without orjson: the same bytes from the standard library
     assert text.json_utf8(value) == '{"message":"乌龙茶","n":1.5}'.encode()
     assert text.json_utf8({"x": "\ud800"}) == b'{"x":"\\ud800"}'
+
+
+@SETTINGS
+@given(st.one_of(st.integers(min_value=-2 ** 40, max_value=2 ** 40),
+                 st.floats(min_value=-2.0 ** 40, max_value=2.0 ** 40, allow_nan=False)))
+def test_a_kept_day_is_the_day_of_the_time(ts):
+    import time as time_module
+
+    from memo_mw import recall
+
+    start = ts // 86400 * 86400
+    for probe in (ts, start, start + 86399.5, start - 0.5, ts):  # the day's first and last moments, the day before
+        assert recall._day(probe) == time_module.strftime("%Y-%m-%d", time_module.gmtime(probe)), probe
