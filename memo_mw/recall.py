@@ -46,15 +46,17 @@ def _weight(token: str) -> float:
 
 
 def relevance(query_tokens: set[str], memory_tokens: set[str], *, q: float | None = None,
-              m: float | None = None) -> float:
+              m: float | None = None, weight_of: Callable[[str], float] = _weight) -> float:
     """Weighted overlap of token sets, normalised to [0, 1] (a cosine on sets). ``q`` and ``m``:
-    the token weights of the query and the memory, when the caller has them already."""
+    the token weights of the query and the memory, when the caller has them already;
+    ``weight_of``: a token's weight (the same as ``_weight``; score() passes a lookup of the
+    query's tokens, in C)."""
     common = query_tokens & memory_tokens
     if not common:
         return 0.0
-    q = sum(_weight(t) for t in query_tokens) if q is None else q
-    m = sum(_weight(t) for t in memory_tokens) if m is None else m
-    return sum(_weight(t) for t in common) / math.sqrt(q * m)
+    q = sum(map(_weight, query_tokens)) if q is None else q
+    m = sum(map(_weight, memory_tokens)) if m is None else m
+    return sum(map(weight_of, common)) / math.sqrt(q * m)
 
 
 def shown_features(memory: dict[str, Any]) -> tuple[Any, int]:
@@ -108,10 +110,9 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     max_hits = max(config.hotness_full, max_hits)
     hot_norm = math.log1p(max_hits) if max_hits else 0.0
     q = sum(_weight(t) for t in query_tokens)  # the query's weight, once for every memory
-    # Each query token's weight, looked up in C for the tokens a memory shares (relevance() adds
-    # the same weights in the same order: the same float).
+    # Each query token's weight, looked up in C for the tokens a memory shares.
     weight_of = {t: _weight(t) for t in query_tokens}.__getitem__
-    sqrt, exp = math.sqrt, math.exp
+    exp = math.exp
     w_rel, w_rec, w_hot, w_topic, decay = (config.w_relevance, config.w_recency, config.w_hotness,
                                            config.w_topic, config.decay)
     features = features or {}
@@ -127,13 +128,7 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         if known is None:
             memory_tokens = tokens(f"{memory['content']} {memory['key']}")
             m = width = None
-        common = query_tokens & memory_tokens  # relevance(query_tokens, memory_tokens, q=q, m=m), inline
-        if common:
-            if m is None:
-                m = sum(_weight(t) for t in memory_tokens)
-            rel = sum(map(weight_of, common)) / sqrt(q * m)
-        else:
-            rel = 0.0
+        rel = relevance(query_tokens, memory_tokens, q=q, m=m, weight_of=weight_of)
         if query_topics:
             if known is None:
                 memory_topics = set(memory.get("topics") or ()) or topics(memory["content"])

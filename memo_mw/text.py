@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover - a platform without its wheel: the stan
     _orjson = None
 
 
-def json_utf8(value) -> bytes:
+def json_utf8(value: object) -> bytes:
     """``value`` as compact UTF-8 JSON (non-ASCII text as is). By orjson, or by the standard library
     for what orjson refuses: an integer beyond 64 bits, a lone surrogate (from a ``\\ud800``
     escape), nesting deeper than 255, a key that is not a string. A lone surrogate has no UTF-8
