@@ -22,13 +22,12 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
-import os
 import threading
 import time
 import weakref
 from typing import Any
 
-from . import defaults
+from . import defaults, forks
 from .userstate import RedisUserState, UserState
 
 log = logging.getLogger(__name__)
@@ -63,7 +62,7 @@ class CachedUserState:
 
     def cached(self, user_id: str) -> UserState | None:
         """The user's state if this process's copy can be trusted (no I/O), else None."""
-        if self.listening and self._threads_pid == os.getpid():
+        if self.listening and self._threads_pid == forks.pid():
             with self._lock:
                 hit = self._cache.get(user_id)
                 if hit is not None and time.monotonic() - hit[1] < self.max_age:
@@ -75,7 +74,7 @@ class CachedUserState:
         hit = self.cached(user_id)
         if hit is not None:
             return hit
-        listening = self.listening and self._threads_pid == os.getpid()
+        listening = self.listening and self._threads_pid == forks.pid()
         with self._lock:
             generation = self._generation[user_id]
         self.stats["miss"] += 1
@@ -97,7 +96,7 @@ class CachedUserState:
         be trusted (not listening). Recall keys its copy of the user's version on it (a stored
         memory drops its pending entry, a deletion adds a forget marker: both publish; anything
         else is seen within defaults.RECALL_VERSION_MAX_AGE)."""
-        if not (self.listening and self._threads_pid == os.getpid()):
+        if not (self.listening and self._threads_pid == forks.pid()):
             return None
         return self._epoch, self._generation[user_id]
 
@@ -123,16 +122,16 @@ class CachedUserState:
     # -- the listener and the sender -------------------------------------------------------
 
     def _ensure_threads(self) -> None:
-        if self._threads_pid == os.getpid():
+        if self._threads_pid == forks.pid():
             return
         with self._start_lock:
-            if self._threads_pid == os.getpid():
+            if self._threads_pid == forks.pid():
                 return
             # After a fork: this process starts with nothing it could trust.
             self.listening = False
             with self._lock:
                 self._cache.clear()
-            self._threads_pid = os.getpid()
+            self._threads_pid = forks.pid()
             ref = weakref.ref(self)
             threading.Thread(target=_listen, args=(ref,), name="memo-mw-state-listener", daemon=True).start()
             threading.Thread(target=_send, args=(ref,), name="memo-mw-count-sender", daemon=True).start()
