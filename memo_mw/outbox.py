@@ -489,6 +489,14 @@ def _user_of(func: str, args: list[Any]) -> str | None:
     return args[1] if len(args) > 1 and isinstance(args[1], str) else None
 
 
+def _guarded(method: str) -> Callable[..., Any]:
+    """The Redis state's ``method``, called through the backend's breaker (skipped while Redis is down)."""
+    def call(self: "_GuardedState", *args: Any) -> Any:
+        return self._backend.call(getattr(self._backend.backend.state, method), *args)
+    call.__name__ = call.__qualname__ = method
+    return call
+
+
 class _GuardedState:
     """The user state in Redis, through the breaker; from the outbox while Redis is down."""
 
@@ -519,11 +527,14 @@ class _GuardedState:
         if self._backend.breaker.closed:
             self._backend.backend.state.note_topics(*args)
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
-        # put_pending, drop_pending, add_forget, add_shown, ...: skipped while Redis is down.
-        inner = getattr(self._backend.backend.state, method)
-        return lambda *args: self._backend.call(inner, *args)
-
+    # Writes: skipped while Redis is down. Explicit methods, not a __getattr__, which would have
+    # every attribute read (read()'s own included, on each request) go the slow way.
+    put_pending = _guarded("put_pending")
+    replace_pending = _guarded("replace_pending")
+    drop_pending = _guarded("drop_pending")
+    add_forget = _guarded("add_forget")
+    add_shown = _guarded("add_shown")
+    add_touches = _guarded("add_touches")
 
 def _with_outbox(state: UserState, rows: list[tuple[str, list[Any]]]) -> UserState:
     """Add the user's jobs waiting in the outbox (``rows``: Outbox.user_rows): remember payloads as

@@ -69,7 +69,7 @@ def make_funnel(rules: str | Sequence[str] | RuleSet | None, *,
 class ReloadingFunnel:
     """A :class:`~memo_mw.funnel.Funnel` whose rules follow their files.
 
-    It has the funnel's interface (``process``, ``is_recall_all``, ``topics``, ``rules``...);
+    It has the funnel's interface (``process``, ``is_recall_all``, ``clean``, ``sentences``, ``topics``, ``rules``);
     each ``process`` call may notice a change (the middleware makes one per request), never
     waits for a reload, and runs on one consistent set of rules.
 
@@ -122,10 +122,11 @@ class ReloadingFunnel:
     def is_recall_all(self, message: str) -> bool:
         return self._funnel.is_recall_all(message)
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "_funnel":  # not set yet: the constructor failed
-            raise AttributeError(name)
-        return getattr(self._funnel, name)
+    def clean(self, text: str) -> str:
+        return self._funnel.clean(text)
+
+    def sentences(self, text: str) -> list[str]:
+        return self._funnel.sentences(text)
 
     # -- watching ------------------------------------------------------------------------
 

@@ -25,12 +25,34 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from . import defaults, forks
 from .userstate import RedisUserState, UserState
 
 log = logging.getLogger(__name__)
+
+
+def _write_through(name: str) -> Callable[..., Any]:
+    """``inner.<name>(user_id, ...)``, with this process's copy of the user dropped before and after:
+    our own write is seen by our next read, whether or not its change message has come."""
+    def write(self: "CachedUserState", user_id: str, *args: Any, **kwargs: Any) -> Any:
+        self.invalidate(user_id)
+        try:
+            return getattr(self.inner, name)(user_id, *args, **kwargs)
+        finally:
+            self.invalidate(user_id)
+    write.__name__ = write.__qualname__ = name
+    return write
+
+
+def _passed_on(name: str) -> Callable[..., Any]:
+    """``inner.<name>(...)`` as it is."""
+    def method(self: "CachedUserState", *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.inner, name)(*args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    return method
 
 
 class CachedUserState:
@@ -107,17 +129,23 @@ class CachedUserState:
 
     # -- writes: through to Redis (which publishes), and dropped here at once ---------------
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.inner, name)
-        if name in ("put_pending", "replace_pending", "drop_pending", "add_forget", "add_shown"):
-            def write(user_id: str, *args: Any) -> Any:
-                self.invalidate(user_id)  # our own write is seen by our next read, message or not
-                try:
-                    return method(user_id, *args)
-                finally:
-                    self.invalidate(user_id)
-            return write
-        return method
+    # Explicit methods, not a __getattr__: a class with one has every attribute read go the slow
+    # way, its own included, and this one is read several times a request.
+    put_pending = _write_through("put_pending")
+    replace_pending = _write_through("replace_pending")
+    drop_pending = _write_through("drop_pending")
+    add_forget = _write_through("add_forget")
+    add_shown = _write_through("add_shown")
+    #: Counts, and what jobs and the queue read: nothing cached here changes.
+    add_touches = _passed_on("add_touches")
+    take_touches = _passed_on("take_touches")
+    drop_pending_many = _passed_on("drop_pending_many")
+    forgets_of = _passed_on("forgets_of")
+    flush_noted = _passed_on("flush_noted")
+
+    @property
+    def channel(self) -> str:
+        return self.inner.channel
 
     # -- the listener and the sender -------------------------------------------------------
 

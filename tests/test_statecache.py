@@ -47,11 +47,33 @@ def test_reads_are_served_from_memory_until_another_process_writes(connection):
     web.close()
 
 
-def test_a_process_sees_its_own_write_at_once(connection):
+WRITES = {  # each write method, with how the state read next shows it
+    "add_forget": (({"tokens": None, "ts": 5},), lambda state: state.forgets == [{"tokens": None, "ts": 5}]),
+    "put_pending": ((payload("k1"),), lambda state: [p["job_key"] for p in state.pending] == ["k1"]),
+    "add_shown": (([7, 8],), lambda state: set(state.shown) == {7, 8}),
+}
+
+
+@pytest.mark.parametrize("method", sorted(WRITES))
+def test_a_process_sees_its_own_write_at_once(connection, method):
     web = listening(CachedUserState(RedisUserState(connection, "memo")))
-    assert web.read("alice").forgets == []
-    web.add_forget("alice", {"tokens": None, "ts": 5})
-    assert web.read("alice").forgets == [{"tokens": None, "ts": 5}]  # no waiting for the message
+    web.send_interval = 3600
+    args, shows = WRITES[method]
+    assert not shows(web.read("alice"))
+    getattr(web, method)("alice", *args)
+    assert shows(web.read("alice"))  # no waiting for the change message
+    web.close()
+
+
+def test_a_process_sees_its_own_replacement_and_drop_at_once(connection):
+    web = listening(CachedUserState(RedisUserState(connection, "memo")))
+    web.put_pending("alice", payload("k1"))
+    assert [p["candidates"][0]["content"] for p in web.read("alice").pending] == ["likes tea"]
+    web.replace_pending("alice", payload("k1", "likes coffee"))
+    assert [p["candidates"][0]["content"] for p in web.read("alice").pending] == ["likes coffee"]
+    web.drop_pending("alice", "k1")
+    assert web.read("alice").pending == []
+    assert web.channel == RedisUserState(connection, "memo").channel
     web.close()
 
 
