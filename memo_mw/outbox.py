@@ -536,6 +536,7 @@ class _GuardedState:
     add_shown = _guarded("add_shown")
     add_touches = _guarded("add_touches")
 
+
 def _with_outbox(state: UserState, rows: list[tuple[str, list[Any]]]) -> UserState:
     """Add the user's jobs waiting in the outbox (``rows``: Outbox.user_rows): remember payloads as
     pending, forgets as markers."""
