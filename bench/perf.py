@@ -152,9 +152,12 @@ def alternate(fns: dict, n: int, block: int = 50) -> dict:
     times = {name: [] for name in fns}
     for name, fn in fns.items():
         timed(fn, 0, warm=200)
-    for _ in range(max(1, n // block)):
+    done = 0
+    while done < n:
+        size = min(block, n - done)
         for name, fn in fns.items():
-            times[name] += timed(fn, block, warm=0)
+            times[name] += timed(fn, size, warm=0)
+        done += size
     return times
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from . import counters, defaults, forks, maintenance
+from . import counters, defaults, maintenance
 from . import insights as profile
 from .compressor import Compressor, polish_candidates
 from .queue import REMEMBER
@@ -273,11 +273,11 @@ def _open(db: str) -> Iterator[Store]:
     except FileNotFoundError:
         inode = None
     entry = cache.get(db)
-    if entry is None or entry[1] != inode or entry[2] != forks.pid():
-        if entry is not None and entry[2] == forks.pid():
+    if entry is None or entry[1] != inode or entry[2] != os.getpid():
+        if entry is not None and entry[2] == os.getpid():
             entry[0].close()
         store = Store(db)
-        entry = cache[db] = (store, os.stat(db).st_ino, forks.pid())
+        entry = cache[db] = (store, os.stat(db).st_ino, os.getpid())
     try:
         yield entry[0]
     except BaseException:

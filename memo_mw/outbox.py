@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import defaults, forks
+from . import defaults
 from .breaker import CircuitBreaker
 from .statecache import CachedUserState
 from .store import retry_setup
@@ -79,7 +79,7 @@ class Outbox:
 
     def _connect(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != forks.pid():
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
             conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000,
                                    isolation_level=None, check_same_thread=False)
             try:
@@ -93,7 +93,7 @@ class Outbox:
             except BaseException:
                 conn.close()
                 raise
-            self._local.conn, self._local.pid = conn, forks.pid()
+            self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
     def put(self, func: str, args: list[Any], job_id: str | None, user_id: str | None) -> None:
@@ -186,7 +186,7 @@ class Outbox:
         counts as sent, and the next round sends it again). Returns 0 at once when another
         process is draining."""
         conn = self._connect()
-        holder = f"{forks.pid()}-{threading.get_ident()}"
+        holder = f"{os.getpid()}-{threading.get_ident()}"
         now = time.time()
         with self._turn():
             if conn.execute("update drain_lease set holder = ?, until = ? where id = 1 and (holder is null"
@@ -382,14 +382,14 @@ class ResilientBackend:
 
     def _ensure_drainer(self) -> None:
         """A drain thread in this process (again after a fork: threads do not survive one)."""
-        if self._thread_pid == forks.pid() and self._thread.is_alive():  # (set together)
+        if self._thread_pid == os.getpid() and self._thread.is_alive():  # (set together)
             return
         with self._start_lock:
-            if self._thread is None or self._thread_pid != forks.pid() or not self._thread.is_alive():
+            if self._thread is None or self._thread_pid != os.getpid() or not self._thread.is_alive():
                 # The thread holds the backend weakly: it ends when the backend is dropped or closed.
                 self._thread = threading.Thread(target=_drain_loop, args=(weakref.ref(self),),
                                                 name="memo-mw-outbox", daemon=True)
-                self._thread_pid = forks.pid()
+                self._thread_pid = os.getpid()
                 self._thread.start()
 
     def close(self) -> None:
@@ -400,7 +400,7 @@ class ResilientBackend:
                 log.exception("memo-mw: could not send the outbox before closing; its rows wait in the file")
         self._stop.set()
         self._wake.set()
-        if self._thread is not None and self._thread_pid == forks.pid():
+        if self._thread is not None and self._thread_pid == os.getpid():
             self._thread.join(timeout=5)
         self.outbox.close()
         self.backend.close()
@@ -442,7 +442,7 @@ def _send_at_exit() -> None:
         try:  # a lease this process's thread holds ends with it: the next process need not wait
             with outbox._turn():
                 outbox._connect().execute("update drain_lease set holder = null where id = 1 and holder like ?",
-                                          [f"{forks.pid()}-%"])
+                                          [f"{os.getpid()}-%"])
         except Exception:
             log.debug("memo-mw: outbox lease not released at exit", exc_info=True)
 
@@ -505,7 +505,7 @@ class _GuardedState:
 
     def read(self, user_id: str) -> UserState:
         inner = self._backend.backend.state
-        if self._backend._thread_pid != forks.pid():  # a fork since (enqueue also checks it lives)
+        if self._backend._thread_pid != os.getpid():  # a fork since (enqueue also checks it lives)
             self._backend._ensure_drainer()
         # The outbox first, then Redis: a row the thread sends in between is in one or the other
         # (the thread drops this process's copy of the user's state before it deletes the row).

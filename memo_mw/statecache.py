@@ -22,13 +22,14 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import defaults, forks
+from . import defaults
 from .userstate import RedisUserState, UserState
 
 log = logging.getLogger(__name__)
@@ -37,10 +38,10 @@ log = logging.getLogger(__name__)
 def _write_through(name: str) -> Callable[..., Any]:
     """``inner.<name>(user_id, ...)``, with this process's copy of the user dropped before and after:
     our own write is seen by our next read, whether or not its change message has come."""
-    def write(self: "CachedUserState", user_id: str, *args: Any, **kwargs: Any) -> Any:
+    def write(self: "CachedUserState", user_id: str, *args: Any) -> Any:  # (no pipe=: the write is done on return)
         self.invalidate(user_id)
         try:
-            return getattr(self.inner, name)(user_id, *args, **kwargs)
+            return getattr(self.inner, name)(user_id, *args)
         finally:
             self.invalidate(user_id)
     write.__name__ = write.__qualname__ = name
@@ -84,7 +85,10 @@ class CachedUserState:
 
     def cached(self, user_id: str) -> UserState | None:
         """The user's state if this process's copy can be trusted (no I/O), else None."""
-        if self.listening and self._threads_pid == forks.pid():
+        # os.getpid() each time (a system call), not an id kept by an at-fork hook: uWSGI forks its
+        # workers without running Python's hooks (unless --py-call-osafterfork), and every worker
+        # would then trust the listener and copies of the process it was forked from.
+        if self.listening and self._threads_pid == os.getpid():
             with self._lock:
                 hit = self._cache.get(user_id)
                 if hit is not None and time.monotonic() - hit[1] < self.max_age:
@@ -96,7 +100,7 @@ class CachedUserState:
         hit = self.cached(user_id)
         if hit is not None:
             return hit
-        listening = self.listening and self._threads_pid == forks.pid()
+        listening = self.listening and self._threads_pid == os.getpid()
         with self._lock:
             generation = self._generation[user_id]
         self.stats["miss"] += 1
@@ -118,7 +122,7 @@ class CachedUserState:
         be trusted (not listening). Recall keys its copy of the user's version on it (a stored
         memory drops its pending entry, a deletion adds a forget marker: both publish; anything
         else is seen within defaults.RECALL_VERSION_MAX_AGE)."""
-        if not (self.listening and self._threads_pid == forks.pid()):
+        if not (self.listening and self._threads_pid == os.getpid()):
             return None
         return self._epoch, self._generation[user_id]
 
@@ -150,16 +154,16 @@ class CachedUserState:
     # -- the listener and the sender -------------------------------------------------------
 
     def _ensure_threads(self) -> None:
-        if self._threads_pid == forks.pid():
+        if self._threads_pid == os.getpid():
             return
         with self._start_lock:
-            if self._threads_pid == forks.pid():
+            if self._threads_pid == os.getpid():
                 return
             # After a fork: this process starts with nothing it could trust.
             self.listening = False
             with self._lock:
                 self._cache.clear()
-            self._threads_pid = forks.pid()
+            self._threads_pid = os.getpid()
             ref = weakref.ref(self)
             threading.Thread(target=_listen, args=(ref,), name="memo-mw-state-listener", daemon=True).start()
             threading.Thread(target=_send, args=(ref,), name="memo-mw-count-sender", daemon=True).start()

@@ -4,7 +4,6 @@ generated texts (the shortcut is taken for most chat messages, so a difference w
 from __future__ import annotations
 
 import json
-import os
 import string
 
 import pytest
@@ -13,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memo_mw import funnel as funnel_module
-from memo_mw import forks, privacy, text
+from memo_mw import privacy, text
 from memo_mw.funnel import Funnel
 from memo_mw.rules import load_rules
 from memo_mw.topics import TopicTagger
@@ -194,23 +193,3 @@ def test_a_kept_day_is_the_day_of_the_time(ts):
     start = ts // 86400 * 86400
     for probe in (ts, start, start + 86399.5, start - 0.5, ts):  # the day's first and last moments, the day before
         assert recall._day(probe) == time_module.strftime("%Y-%m-%d", time_module.gmtime(probe)), probe
-
-
-def test_the_kept_process_id_follows_a_fork():
-    parent = os.getpid()
-    assert forks.pid() == parent
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: report both ids, and leave without running pytest's teardown
-        try:
-            os.write(write_end, f"{forks.pid()} {os.getpid()}".encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    try:
-        kept, real = map(int, os.read(read_end, 100).split())
-    finally:
-        os.close(read_end)
-        os.waitpid(child, 0)
-    assert kept == real == child != parent
-    assert forks.pid() == parent
