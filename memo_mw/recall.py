@@ -109,9 +109,11 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
         max_hits = max(int(m.get("hits") or 0) for m in memories)
     max_hits = max(config.hotness_full, max_hits)
     hot_norm = math.log1p(max_hits) if max_hits else 0.0
-    q = sum(_weight(t) for t in query_tokens)  # the query's weight, once for every memory
-    # Each query token's weight, looked up in C for the tokens a memory shares.
-    weight_of = {t: _weight(t) for t in query_tokens}.__getitem__
+    # Each query token's weight (looked up in C for the tokens a memory shares), and their sum, once
+    # for every memory.
+    weights = {t: _weight(t) for t in query_tokens}
+    q = sum(weights.values())
+    weight_of = weights.__getitem__
     exp = math.exp
     w_rel, w_rec, w_hot, w_topic, decay = (config.w_relevance, config.w_recency, config.w_hotness,
                                            config.w_topic, config.decay)
