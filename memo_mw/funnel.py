@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 import regex
 
 from . import defaults
-from .needles import Screen, fold, needles
-from .privacy import PII_HINTS, mask_pii
+from .needles import Screen, as_needle, fold, needles
+from .privacy import MASK_HINTS, mask_found, mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
 from .text import memory_key, nfkc
 from .topics import TopicTagger
@@ -68,7 +68,7 @@ def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
 
 
 _NO_SCRIPT, _LATIN_ONLY = frozenset(), frozenset({"latin"})
-_PII = "pii hints"  # the screen's key for memo_mw.privacy.PII_HINTS
+_PII = "pii hints"  # the screen's key for memo_mw.privacy.MASK_HINTS
 
 
 def _scripts(sentence: str) -> frozenset[str]:
@@ -188,8 +188,11 @@ class Funnel:
         self._recall_all = rules.gates("recall_all")
         self._any_recall_all = self._firsts(id(g) for g in self._recall_all)
         # What PII masking looks for, screened with the rest: most messages need no mask looked at.
-        hints = self._screen.add(_PII, [frozenset(map(fold, PII_HINTS))])
+        # (With the words a code or key mask needs beside a digit: privacy.mask_found() takes them.)
+        hints = self._screen.add(_PII, [frozenset(map(fold, MASK_HINTS))])
         self._pii_hints = hints[0] if hints else None
+        # Each hint as the screen finds it (word edges marked) -> the hint, for privacy.mask_found().
+        self._pii_hint_of = {as_needle(h): h for h in map(fold, MASK_HINTS)}
 
     def _firsts(self, keys) -> frozenset[str] | None:
         """The first needle sets of these patterns, joined: a text with none of them is matched by
@@ -302,8 +305,7 @@ class Funnel:
         # none of a recall-everything question's are there, recall need not look again.
         recall_all = False if present is not None and self._surely_no_recall_all(present) else None
         # PII is masked first, so no capture can cut an address in half and keep a piece.
-        pii = present is None or self._pii_hints is None or not self._pii_hints.isdisjoint(present)
-        text = mask_pii(cleaned) if pii else cleaned
+        text = self._masked(cleaned, present)
         trace: list[tuple[str, str]] = []
         if not text:
             return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
@@ -327,6 +329,14 @@ class Funnel:
                                 trace=trace, recall_all=recall_all)
         stage, candidates = self._capture(text, sentences, trace, present)
         return FunnelResult(stage, candidates=candidates, trace=trace, recall_all=recall_all)
+
+    def _masked(self, text: str, present: frozenset[str] | None) -> str:
+        """mask_pii(text), told by ``present`` (the screen's needles of ``text``, if known) which
+        masks' hints are there, so that it need not look for them again."""
+        if present is None or self._pii_hints is None:
+            return mask_pii(text)
+        found = self._pii_hints.intersection(present)
+        return mask_found(text, frozenset(map(self._pii_hint_of.__getitem__, found))) if found else text
 
     def _capture(self, text: str, sentences: list[str], trace: list[tuple[str, str]],
                  present: frozenset[str]) -> tuple[str, list[Candidate]]:

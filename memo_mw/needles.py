@@ -67,7 +67,7 @@ def _ascii_word(c: str) -> bool:
 
 
 @functools.lru_cache(maxsize=65536)
-def _as_needle(string: str) -> str | None:
+def as_needle(string: str) -> str | None:
     """A needle string as the screen looks for it in marked text: the marks its own characters
     make, and a MARK at an edge that the pattern asked for (``\\b``) next to an ASCII word
     character; None when nothing but marks is left."""
@@ -111,7 +111,7 @@ class Screen:
     def add(self, key: Any, sets: Iterable[frozenset[str]]) -> tuple[frozenset[str], ...]:
         """Screen the pattern under ``key`` by these sets (of :func:`needles`, or any strings one of
         which every match holds, as written: they are put in the screen's form here)."""
-        sets = [frozenset(map(_as_needle, s)) for s in sets] if self._on else []
+        sets = [frozenset(map(as_needle, s)) for s in sets] if self._on else []
         # A string of marks alone stands for nothing: a set holding one says nothing.
         self._sets[key] = sets = tuple(s for s in sets if s and None not in s)
         self._words.update(*sets)
@@ -197,13 +197,13 @@ _CLASS_ESCAPES = set("dDwWsSX")
 
 @functools.lru_cache(maxsize=65536)  # asked again for the same sets as a pattern is read (cleared after)
 def _useful(strings: frozenset[str] | None) -> frozenset[str] | None:
-    """A needle set (in the screen's form, :func:`_as_needle`) without the strings that contain
+    """A needle set (in the screen's form, :func:`as_needle`) without the strings that contain
     another of it (they add nothing), or None when it says little (empty, holding the empty
     string or a lone Latin letter or digit not bounded on both sides, which most texts have, or
     too large to be worth checking)."""
     if not strings or len(strings) > MAX_NEEDLES:
         return None
-    strings = frozenset(map(_as_needle, strings))
+    strings = frozenset(map(as_needle, strings))
     if any(s is None or (len(s.strip(MARK)) == 1 and s.isascii() and s.strip(MARK).isalnum()
                          and not (s.startswith(MARK) and s.endswith(MARK))) for s in strings):
         return None

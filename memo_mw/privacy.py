@@ -324,8 +324,16 @@ _LOWER_WORDS = (*_PASSWORD_WORDS, "bearer")
 
 
 #: A text holding none of these strings, compared case-insensitively, is one mask_pii() returns
-#: as it is (a caller that has searched the text for them already can skip the call).
+#: as it is (a caller that has searched the text for them already can skip the call, or pass
+#: what it found to mask_found()).
 PII_HINTS = frozenset((*"0123456789@＠_", *_CASED_HINTS, *_LOWER_WORDS))
+#: Every string some mask's first look tests for: PII_HINTS, and the words that, with a digit,
+#: make a code or key mask run. What mask_found() takes.
+MASK_HINTS = PII_HINTS | frozenset((*_CODE_WORDS, *_KEY_WORDS))
+_FOLDED_HINTS = frozenset(h.casefold() for h in PII_HINTS)
+_DIGITS = frozenset("0123456789")
+_FOLDED_TOKEN_HINTS = frozenset(h.casefold() for h in _TOKEN_HINTS)
+_PASSWORD_SET, _CODE_SET, _KEY_SET = map(frozenset, (_PASSWORD_WORDS, _CODE_WORDS, _KEY_WORDS))
 
 
 def mask_pii(text: str) -> str:
@@ -336,29 +344,52 @@ def mask_pii(text: str) -> str:
     return _mask(text)
 
 
+def mask_found(text: str, found: frozenset[str]) -> str:
+    """mask_pii() for a caller that has searched ``text`` for MASK_HINTS already: ``found`` holds
+    those it holds, case-folded (more is fine: a hint there runs the masks it stands for, which
+    then find nothing; one missing would leave its masks unrun). The funnel's needle screen finds
+    them in its one pass over the message, so a message with a number in it costs no word search
+    here, and one with fewer than 7 digits no number search."""
+    if found.isdisjoint(_FOLDED_HINTS):
+        return text
+    digits = _DIGITS.intersection(found)
+    return _run_masks(text, bool(digits), not found.isdisjoint(_PASSWORD_SET), not found.isdisjoint(_CODE_SET),
+                      not found.isdisjoint(_KEY_SET), not found.isdisjoint(_FOLDED_TOKEN_HINTS), "bearer" in found,
+                      "@" in found or "＠" in found,
+                      # every ID, card and phone number holds 7 digits or more
+                      numbers=bool(digits) and sum(map(text.count, digits)) >= 7)
+
+
 def _mask(text: str) -> str:
-    """mask_pii() without the first look: the patterns whose hints are there run (this runs on
-    every message in the request path)."""
-    has_digit = _DIGIT.search(text) is not None
-    lower = text.lower()
-    has = lower.__contains__
+    """mask_pii() without the first look: the patterns whose hints are there run."""
+    has = text.lower().__contains__
+    return _run_masks(text, _DIGIT.search(text) is not None, any(map(has, _PASSWORD_WORDS)),
+                      any(map(has, _CODE_WORDS)), any(map(has, _KEY_WORDS)),
+                      any(map(text.__contains__, _TOKEN_HINTS)), has("bearer"), "@" in text or "＠" in text)
+
+
+def _run_masks(text: str, digit: bool, password: bool, code: bool, key: bool, token: bool, bearer: bool,
+               at: bool, *, numbers: bool = True) -> str:
+    """The masks whose hints the text holds, in order: ``digit``, whether it holds one; the others,
+    whether it holds a word or character of that mask's; ``numbers``, False when the number
+    masks surely find nothing even with a digit there."""
     masks: list[_Mask] = []
-    if any(map(has, _PASSWORD_WORDS)):
+    if password:
         masks.extend(_PASSWORDS)
-    if has_digit and any(map(has, _CODE_WORDS)):
+    if digit and code:
         masks.extend(_CODES)
-    if has_digit and any(map(has, _KEY_WORDS)):
+    if digit and key:
         masks.extend(_KEYS)
-    if any(map(text.__contains__, _TOKEN_HINTS)):
+    if token:
         masks.extend(_TOKENS)
-    if "bearer" in lower:
+    if bearer:
         masks.extend(_BEARERS)
-    if "@" in text or "＠" in text:
+    if at:
         masks.extend(_EMAILS)
     # A run of 32 key characters lies inside one whitespace-separated piece of 32 or more.
-    if has_digit and len(text) >= 32 and _LONG_PIECE.search(text) is not None:
+    if digit and len(text) >= 32 and _LONG_PIECE.search(text) is not None:
         masks.extend(_RANDOMS)
-    if has_digit and _DIGIT_RUN.search(text) is not None:
+    if digit and numbers and _DIGIT_RUN.search(text) is not None:
         masks.extend(_NUMBERS)
     for pattern, replacement in masks:
         # Not letting go of the GIL (the regex module's default): in a threaded server each

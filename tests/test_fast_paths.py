@@ -25,7 +25,9 @@ PIECES = st.sampled_from(["I", "like", "LIKE", "don't", "dogs'", "'n'", "rock'n'
                           ".", ". ", ",", "，", "!", "?", "。", "；", "but", "and I", "而我", "我", "喜欢", "爵士乐",
                           "Ａ", "ﬁ", "ß", "é", "1", "42", "@", "＠", "_", "k-", "pass", "PW", "密码", "bearer",
                           "AKIA", "eyJ", "xox", "ice cream", "ice", "cream", "in", "java", "k-pop", "eat out",
-                          "what's", "me@x.io", "sk-", "password is", "13800138000", "forget that", "Um,", "\x0b"])
+                          "what's", "me@x.io", "sk-", "password is", "13800138000", "forget that", "Um,", "\x0b",
+                          "key", "Token", "secret", "密钥", "令牌", "code", "PIN", "otp", "验证码", " is ", "：",
+                          "=", "abcd1234efgh5678", "1234567", "0", "-", "(", ")", "+86", "Bearer"])
 MIXED = st.lists(PIECES, max_size=10).map("".join)
 TEXTS = st.one_of(ASCII, MIXED)
 
@@ -41,6 +43,20 @@ def test_ascii_tokens_are_the_general_tokens(sample):
 @given(TEXTS)
 def test_pii_first_look_skips_only_texts_no_mask_changes(sample):
     assert privacy.mask_pii(sample) == privacy._mask(sample)
+
+
+FUNNEL = Funnel(load_rules(None))
+
+
+@SETTINGS
+@given(TEXTS)
+def test_masks_told_the_screens_hints_mask_as_the_first_look_does(sample):
+    cleaned = FUNNEL.clean(sample)
+    assert FUNNEL._masked(cleaned, FUNNEL._screen.present(cleaned)) == privacy.mask_pii(cleaned)
+    # and told exactly the hints the text holds, by anyone
+    folded = cleaned.casefold()
+    found = frozenset(h.casefold() for h in privacy.MASK_HINTS if h.casefold() in folded)
+    assert privacy.mask_found(cleaned, found) == privacy.mask_pii(cleaned)
 
 
 @SETTINGS
