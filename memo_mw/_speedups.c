@@ -8,10 +8,14 @@
  *       topics memo_mw.topics.TopicTagger finds in it (its words' stems, then its English phrases).
  *   marked_lower(text) -> str
  *       memo_mw.needles.marked(fold(text)) of an ASCII text.
+ *   scan_marked(text, classes, table, outputs) -> frozenset
+ *       the needles memo_mw.needles.Screen finds in marked_lower(text), by the table of an
+ *       automaton that memo_mw.needles.NeedleTable makes (one step a character, no text made).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 static int is_alnum(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
@@ -292,10 +296,77 @@ static PyObject *marked_lower(PyObject *module, PyObject *text) {
     return out;
 }
 
+/* One step of a needle_table automaton on the (folded) character c: the needles that end in the
+ * state it reaches go into found. 0, or -1 on error. */
+static inline int feed(unsigned char c, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
+                       PyObject *outputs, Py_ssize_t *state, PyObject *found) {
+    unsigned char column = classes[c & 127];
+    if (column >= width || (*state = table[*state * width + column]) >= PyTuple_GET_SIZE(outputs)) {
+        PyErr_SetString(PyExc_ValueError, "scan_marked: a column or state outside the table");
+        return -1;
+    }
+    PyObject *ends = PyTuple_GET_ITEM(outputs, *state);
+    if (ends == Py_None)
+        return 0;
+    if (!PyTuple_Check(ends)) {
+        PyErr_SetString(PyExc_ValueError, "scan_marked: outputs hold a tuple or None for each state");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ends); i++) {
+        if (PySet_Add(found, PyTuple_GET_ITEM(ends, i)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *scan_marked(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_marked(text, classes, table, outputs)");
+        return NULL;
+    }
+    PyObject *text = args[0], *outputs = args[3];
+    if (check_ascii(text, "scan_marked") < 0)
+        return NULL;
+    if (!PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) != 128 || !PyBytes_Check(args[2]) ||
+        !PyTuple_Check(outputs) || PyTuple_GET_SIZE(outputs) == 0 || PyTuple_GET_SIZE(outputs) > 65536 ||
+        PyBytes_GET_SIZE(args[2]) == 0 || PyBytes_GET_SIZE(args[2]) % (2 * PyTuple_GET_SIZE(outputs)) != 0) {
+        PyErr_SetString(PyExc_ValueError, "scan_marked: not a table of memo_mw.needles.needle_table");
+        return NULL;
+    }
+    const unsigned char *classes = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    const uint16_t *table = (const uint16_t *)PyBytes_AS_STRING(args[2]);
+    Py_ssize_t states = PyTuple_GET_SIZE(outputs), width = PyBytes_GET_SIZE(args[2]) / 2 / states;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), state = 0;
+    PyObject *found = PyFrozenSet_New(NULL);  /* filled here before anyone sees it */
+    if (found == NULL)
+        return NULL;
+    /* As marked_lower(): a MARK (0) at both edges of every run of word characters, that is,
+     * wherever that changes between two characters, and at the end after a word character. */
+    int before = 0;  /* whether the character before is a word character */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        int word = is_word_char(c);
+        if ((word != before && feed(0, classes, table, width, outputs, &state, found) < 0) ||
+            feed((c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c, classes, table, width, outputs, &state,
+                 found) < 0)
+            goto error;
+        before = word;
+    }
+    if (before && feed(0, classes, table, width, outputs, &state, found) < 0)
+        goto error;
+    return found;
+error:
+    Py_DECREF(found);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"ascii_analysis", (PyCFunction)(void (*)(void))ascii_analysis, METH_FASTCALL,
      "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty) -> (tokens, topics)"},
     {"marked_lower", marked_lower, METH_O, "marked_lower(text) -> the ASCII text folded and marked"},
+    {"scan_marked", (PyCFunction)(void (*)(void))scan_marked, METH_FASTCALL,
+     "scan_marked(text, classes, table, outputs) -> the needles in marked_lower(text)"},
     {NULL, NULL, 0, NULL},
 };
 

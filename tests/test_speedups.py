@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from memo_mw import text
 from memo_mw.funnel import Funnel
-from memo_mw.needles import fold, marked
+from memo_mw.needles import MARK, Screen, fold, marked, needle_table
 from memo_mw.rules import load_rules
 from memo_mw.topics import _NO_TOPICS, TopicTagger
 
@@ -86,6 +86,59 @@ def test_marked_text_is_the_needles(sample):
     assert speedups.marked_lower(sample) == marked(fold(sample))
 
 
+# The funnel's two screens of the shipped rules (triggers, fillers, forget, PII hints; the gates).
+FUNNEL = Funnel(load_rules())
+SCREENS = [FUNNEL._screen, FUNNEL._gate_screen]
+
+
+def automaton_present(screen: Screen, sample: str) -> frozenset[str]:
+    """What the screen finds with the Python automaton (pyahocorasick) alone."""
+    with python_only():
+        return screen._present(sample)
+
+
+@SETTINGS
+@given(ASCII)
+def test_the_needle_table_finds_what_the_automaton_finds(sample):
+    for screen in SCREENS:
+        assert screen._present(sample) == automaton_present(screen, sample)
+
+
+# Needles that overlap, hold one another, share prefixes and suffixes, and hold word edges.
+SMALL_NEEDLES = ["he", "she", "his", "hers", "e", "ss", "ssss", MARK + "in" + MARK, "in" + MARK, MARK + "i",
+                 "a" + MARK + " " + MARK + "b", "1", "12", "_", "k" + MARK + "-", "@", MARK]
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(SMALL_NEEDLES), min_size=1, unique=True),
+       st.text(st.sampled_from("hesirnab 12_k-@A.I\n"), max_size=40))
+def test_the_needle_table_is_an_aho_corasick_automaton(words, sample):
+    found = speedups.scan_marked(sample, *needle_table(words))
+    marked_sample = speedups.marked_lower(sample)
+    assert found == frozenset(w for w in words if w in marked_sample)
+
+
+def test_a_needle_table_it_cannot_read_is_a_clear_error():
+    classes, table, outputs = needle_table(["like", "in"])
+    assert needle_table([]) == ()
+    with pytest.raises(ValueError, match="ASCII"):
+        needle_table(["喜欢"])
+    with pytest.raises(ValueError, match="ASCII"):
+        speedups.scan_marked("我喜欢", classes, table, outputs)
+    with pytest.raises(ValueError, match="table"):
+        speedups.scan_marked("like", classes[:-1], table, outputs)
+    with pytest.raises(ValueError, match="table"):
+        speedups.scan_marked("like", classes, table[:-2], outputs)
+    with pytest.raises(ValueError, match="outside"):  # a column past the row
+        speedups.scan_marked("like", bytes([200]) * 128, table, outputs)
+    with pytest.raises(ValueError, match="outside"):  # a state past the table
+        speedups.scan_marked("like", classes, b"\xff\xff" * (len(table) // 2), outputs)
+    with pytest.raises(ValueError, match="tuple or None"):
+        speedups.scan_marked("like", classes, table, tuple("x" for _ in outputs))
+    with pytest.raises(TypeError):
+        speedups.scan_marked("like", classes, table)
+
+
 def test_random_long_texts_agree():
     """Longer texts than the generated ones: many phrases, one after another."""
     rng = random.Random(20261201)
@@ -93,6 +146,8 @@ def test_random_long_texts_agree():
         sample = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 120)))
         assert TAGGER._analyse(sample) == python_analysis(TAGGER, sample)
         assert speedups.marked_lower(sample) == marked(fold(sample))
+        for screen in SCREENS:
+            assert screen._present(sample) == automaton_present(screen, sample)
 
 
 @pytest.mark.parametrize("lexicon", [
