@@ -187,7 +187,7 @@ def needle_table(words: Iterable[str]) -> tuple[bytes, bytes, tuple] | tuple[()]
     column = {c: i for i, c in enumerate(chars, 1)}
     width = len(chars) + 1
     goto: list[dict[int, int]] = [{}]
-    ends: list[set[str]] = [set()]
+    ends: dict[int, frozenset[str]] = {}  # of the states where needles end (few)
     for word in words:  # the trie
         state = 0
         for c in word:
@@ -195,9 +195,8 @@ def needle_table(words: Iterable[str]) -> tuple[bytes, bytes, tuple] | tuple[()]
             if nxt is None:
                 nxt = goto[state][column[c]] = len(goto)
                 goto.append({})
-                ends.append(set())
             state = nxt
-        ends[state].add(word)
+        ends[state] = ends.get(state, frozenset()) | {word}
     if len(goto) > MAX_TABLE_STATES:
         return ()
     table = array.array("H", bytes(2 * width * len(goto)))
@@ -208,7 +207,8 @@ def needle_table(words: Iterable[str]) -> tuple[bytes, bytes, tuple] | tuple[()]
         queue.append(nxt)
     while queue:  # breadth first: a state's failure state is done before it
         state = queue.popleft()
-        ends[state] |= ends[fail[state]]
+        if fail[state] in ends:
+            ends[state] = ends.get(state, frozenset()) | ends[fail[state]]
         row, fail_row = state * width, fail[state] * width
         for col in range(width):
             nxt = goto[state].get(col)
@@ -219,7 +219,7 @@ def needle_table(words: Iterable[str]) -> tuple[bytes, bytes, tuple] | tuple[()]
                 table[row + col] = nxt
                 queue.append(nxt)
     classes = bytes(column.get(chr(c), 0) for c in range(128))
-    return classes, table.tobytes(), tuple(tuple(sorted(e)) if e else None for e in ends)
+    return classes, table.tobytes(), tuple(tuple(sorted(ends[i])) if i in ends else None for i in range(len(goto)))
 
 
 def _automaton(words: Iterable[str]) -> Any:
