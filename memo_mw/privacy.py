@@ -38,6 +38,8 @@ from collections.abc import Callable
 
 import regex
 
+from .needles import fold
+
 PLACEHOLDERS = ("[phone]", "[email]", "[id]", "[card]", "[secret]")
 
 _PLACEHOLDER = r"\[(?:phone|email|id|card|secret)\]"
@@ -361,8 +363,10 @@ def mask_found(text: str, found: frozenset[str]) -> str:
 
 
 def _mask(text: str) -> str:
-    """mask_pii() without the first look: the patterns whose hints are there run."""
-    has = text.lower().__contains__
+    """mask_pii() without the first look: the patterns whose hints are there run (words compared
+    folded as the needle screen folds them, which is how the masks' case-insensitive patterns
+    match: "PİN 4821" holds "pin", as the code mask sees it)."""
+    has = fold(text).__contains__
     return _run_masks(text, _DIGIT.search(text) is not None, any(map(has, _PASSWORD_WORDS)),
                       any(map(has, _CODE_WORDS)), any(map(has, _KEY_WORDS)),
                       any(map(text.__contains__, _TOKEN_HINTS)), has("bearer"), "@" in text or "＠" in text)

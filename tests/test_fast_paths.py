@@ -27,7 +27,7 @@ PIECES = st.sampled_from(["I", "like", "LIKE", "don't", "dogs'", "'n'", "rock'n'
                           "AKIA", "eyJ", "xox", "ice cream", "ice", "cream", "in", "java", "k-pop", "eat out",
                           "what's", "me@x.io", "sk-", "password is", "13800138000", "forget that", "Um,", "\x0b",
                           "key", "Token", "secret", "密钥", "令牌", "code", "PIN", "otp", "验证码", " is ", "：",
-                          "=", "abcd1234efgh5678", "1234567", "0", "-", "(", ")", "+86", "Bearer"])
+                          "=", "abcd1234efgh5678", "1234567", "0", "-", "(", ")", "+86", "Bearer", "PİN", "pın", "İ", "ı"])
 MIXED = st.lists(PIECES, max_size=10).map("".join)
 TEXTS = st.one_of(ASCII, MIXED)
 

@@ -96,6 +96,7 @@ SECRETS = [
 # Keys and tokens stated after their name: the words stay, the value goes.
 STATED_KEYS = [
     P("my api key is abcd1234efgh5678", "my api key is [secret]", id="api-key-is"),
+    P("my PİN is 4821", "my PİN is [secret]", id="pin-dotted-capital-i"),  # the pattern matches it case-insensitively
     P("api_key=abcdef123456", "api_key=[secret]", id="api-key-equals"),
     P("my token is tok_12345abcdef", "my token is [secret]", id="token-is"),
     P("access token: 9f8e7d6c5b4a", "access token: [secret]", id="access-token-colon"),
