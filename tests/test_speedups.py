@@ -118,6 +118,27 @@ def test_the_needle_table_is_an_aho_corasick_automaton(words, sample):
     assert found == frozenset(w for w in words if w in marked_sample)
 
 
+def test_needles_added_after_a_scan_are_found():
+    screen = Screen()
+    screen.add("a", [frozenset({"like"})])
+    assert screen._present("I like tea") == {"like"}
+    screen.add("b", [frozenset({"tea"})])  # the table is made again with the new needles
+    assert screen._present("I like tea") == {"like", "tea"}
+
+
+def test_a_screen_too_big_for_a_table_uses_the_automaton(monkeypatch):
+    from memo_mw import needles
+
+    words = ["like", "in" + MARK, "tea", "k" + MARK + "-"]
+    monkeypatch.setattr(needles, "MAX_TABLE_STATES", 4)
+    assert needle_table(words) == ()
+    screen = Screen()
+    screen.add("a", [frozenset(words)])
+    sample = "I like tea in k-pop"
+    assert screen._present(sample) == automaton_present(screen, sample) == frozenset(words)
+    assert screen._table == ()
+
+
 def test_a_needle_table_it_cannot_read_is_a_clear_error():
     classes, table, outputs = needle_table(["like", "in"])
     assert needle_table([]) == ()
