@@ -10,7 +10,7 @@
  *       memo_mw.needles.marked(fold(text)) of an ASCII text.
  *   scan_marked(text, classes, table, outputs) -> frozenset
  *       the needles memo_mw.needles.Screen finds in marked_lower(text), by the table of an
- *       automaton that memo_mw.needles.NeedleTable makes (one step a character, no text made).
+ *       automaton that memo_mw.needles.needle_table() makes (one step a character, no text made).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -32,8 +32,16 @@ static int ends_with(const unsigned char *s, Py_ssize_t n, const char *end) {
     return n >= m && memcmp(s + n - m, end, (size_t)m) == 0;
 }
 
-/* set |= items, through the public API (topic sets are small). 0, or -1 on error. */
+/* set |= items, through the public API (topic sets are small; a tuple is read without an
+ * iterator). 0, or -1 on error. */
 static int set_update(PyObject *set, PyObject *items) {
+    if (PyTuple_CheckExact(items)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); i++) {
+            if (PySet_Add(set, PyTuple_GET_ITEM(items, i)) < 0)
+                return -1;
+        }
+        return 0;
+    }
     PyObject *iterator = PyObject_GetIter(items), *item;
     if (iterator == NULL)
         return -1;
@@ -312,11 +320,7 @@ static inline int feed(unsigned char c, const unsigned char *classes, const uint
         PyErr_SetString(PyExc_ValueError, "scan_marked: outputs hold a tuple or None for each state");
         return -1;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ends); i++) {
-        if (PySet_Add(found, PyTuple_GET_ITEM(ends, i)) < 0)
-            return -1;
-    }
-    return 0;
+    return set_update(found, ends);
 }
 
 static PyObject *scan_marked(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
