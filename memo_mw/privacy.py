@@ -332,9 +332,9 @@ PII_HINTS = frozenset((*"0123456789@＠_", *_CASED_HINTS, *_LOWER_WORDS))
 #: Every string some mask's first look tests for: PII_HINTS, and the words that, with a digit,
 #: make a code or key mask run. What mask_found() takes.
 MASK_HINTS = PII_HINTS | frozenset((*_CODE_WORDS, *_KEY_WORDS))
-_FOLDED_HINTS = frozenset(h.casefold() for h in PII_HINTS)
+_FOLDED_HINTS = frozenset(map(fold, PII_HINTS))
 _DIGITS = frozenset("0123456789")
-_FOLDED_TOKEN_HINTS = frozenset(h.casefold() for h in _TOKEN_HINTS)
+_FOLDED_TOKEN_HINTS = frozenset(map(fold, _TOKEN_HINTS))
 _PASSWORD_SET, _CODE_SET, _KEY_SET = map(frozenset, (_PASSWORD_WORDS, _CODE_WORDS, _KEY_WORDS))
 
 
@@ -348,7 +348,7 @@ def mask_pii(text: str) -> str:
 
 def mask_found(text: str, found: frozenset[str]) -> str:
     """mask_pii() for a caller that has searched ``text`` for MASK_HINTS already: ``found`` holds
-    those it holds, case-folded (more is fine: a hint there runs the masks it stands for, which
+    those it holds, folded by memo_mw.needles.fold (more is fine: a hint there runs the masks it stands for, which
     then find nothing; one missing would leave its masks unrun). The funnel's needle screen finds
     them in its one pass over the message, so a message with a number in it costs no word search
     here, and one with fewer than 7 digits no number search."""
