@@ -11,6 +11,10 @@
  *   scan_marked(text, classes, table, outputs) -> frozenset
  *       the needles memo_mw.needles.Screen finds in marked_lower(text), by the table of an
  *       automaton that memo_mw.needles.needle_table() makes (one step a character, no text made).
+ *   quiet(text, classes, table, outputs, spec) -> int
+ *       for an ASCII message, memo_mw.funnel.Funnel's verdict on the usual case in one call: 0 or
+ *       1 when the message surely triggers nothing and asks to forget nothing (1: it may be a
+ *       recall-everything question), -1 when the funnel must look closer (Funnel._quiet_spec).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -323,28 +327,26 @@ static inline int feed(unsigned char c, const unsigned char *classes, const uint
     return set_update(found, ends);
 }
 
-static PyObject *scan_marked(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "scan_marked(text, classes, table, outputs)");
-        return NULL;
-    }
-    PyObject *text = args[0], *outputs = args[3];
-    if (check_ascii(text, "scan_marked") < 0)
-        return NULL;
-    if (!PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) != 128 || !PyBytes_Check(args[2]) ||
+/* The table arguments of scan_marked() and quiet(), checked: 0, or -1 with an error set. */
+static int read_table(PyObject *classes, PyObject *table, PyObject *outputs, const char *function,
+                      const unsigned char **classes_out, const uint16_t **table_out, Py_ssize_t *width) {
+    if (!PyBytes_Check(classes) || PyBytes_GET_SIZE(classes) != 128 || !PyBytes_Check(table) ||
         !PyTuple_Check(outputs) || PyTuple_GET_SIZE(outputs) == 0 || PyTuple_GET_SIZE(outputs) > 65536 ||
-        PyBytes_GET_SIZE(args[2]) == 0 || PyBytes_GET_SIZE(args[2]) % (2 * PyTuple_GET_SIZE(outputs)) != 0) {
-        PyErr_SetString(PyExc_ValueError, "scan_marked: not a table of memo_mw.needles.needle_table");
-        return NULL;
+        PyBytes_GET_SIZE(table) == 0 || PyBytes_GET_SIZE(table) % (2 * PyTuple_GET_SIZE(outputs)) != 0) {
+        PyErr_Format(PyExc_ValueError, "%s: not a table of memo_mw.needles.needle_table", function);
+        return -1;
     }
-    const unsigned char *classes = (const unsigned char *)PyBytes_AS_STRING(args[1]);
-    const uint16_t *table = (const uint16_t *)PyBytes_AS_STRING(args[2]);
-    Py_ssize_t states = PyTuple_GET_SIZE(outputs), width = PyBytes_GET_SIZE(args[2]) / 2 / states;
-    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text), state = 0;
-    PyObject *found = PyFrozenSet_New(NULL);  /* filled here before anyone sees it */
-    if (found == NULL)
-        return NULL;
+    *classes_out = (const unsigned char *)PyBytes_AS_STRING(classes);
+    *table_out = (const uint16_t *)PyBytes_AS_STRING(table);
+    *width = PyBytes_GET_SIZE(table) / 2 / PyTuple_GET_SIZE(outputs);
+    return 0;
+}
+
+/* The needles of the ASCII text s[0:n], folded and marked as marked_lower() does, into found
+ * (a new set or frozenset no one else sees yet). 0, or -1 on error. */
+static int scan_into(const unsigned char *s, Py_ssize_t n, const unsigned char *classes, const uint16_t *table,
+                     Py_ssize_t width, PyObject *outputs, PyObject *found) {
+    Py_ssize_t state = 0;
     /* As marked_lower(): a MARK (0) at both edges of every run of word characters, that is,
      * wherever that changes between two characters, and at the end after a word character. */
     int before = 0;  /* whether the character before is a word character */
@@ -354,15 +356,176 @@ static PyObject *scan_marked(PyObject *module, PyObject *const *args, Py_ssize_t
         if ((word != before && feed(0, classes, table, width, outputs, &state, found) < 0) ||
             feed((c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c, classes, table, width, outputs, &state,
                  found) < 0)
-            goto error;
+            return -1;
         before = word;
     }
     if (before && feed(0, classes, table, width, outputs, &state, found) < 0)
-        goto error;
+        return -1;
+    return 0;
+}
+
+static PyObject *scan_marked(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_marked(text, classes, table, outputs)");
+        return NULL;
+    }
+    PyObject *text = args[0], *outputs = args[3];
+    const unsigned char *classes;
+    const uint16_t *table;
+    Py_ssize_t width;
+    if (check_ascii(text, "scan_marked") < 0 ||
+        read_table(args[1], args[2], outputs, "scan_marked", &classes, &table, &width) < 0)
+        return NULL;
+    PyObject *found = PyFrozenSet_New(NULL);  /* filled here before anyone sees it */
+    if (found == NULL)
+        return NULL;
+    if (scan_into(PyUnicode_1BYTE_DATA(text), PyUnicode_GET_LENGTH(text), classes, table, width, outputs,
+                  found) < 0) {
+        Py_DECREF(found);
+        return NULL;
+    }
     return found;
+}
+
+/* Whether some item of items[0:n] is in the set: 1, 0, or -1 on error. */
+static int meets(PyObject *set, PyObject *const *items, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int in = PySet_Contains(set, items[i]);
+        if (in != 0)
+            return in;
+    }
+    return 0;
+}
+
+/* At most this many distinct needles in a text quiet() answers for (more: the caller looks closer). */
+#define QUIET_MAX_NEEDLES 64
+
+/* The roles a needle may have in quiet()'s spec (Funnel._quiet_args). */
+enum { QUIET_STOP = 1, QUIET_DIGIT = 2, QUIET_RECALL_ALL = 4, QUIET_TRIGGER = 8 };
+
+/* quiet(): 0 or 1 for a text that surely triggers nothing, -1 when the caller must look closer, -2
+ * on error. spec is (roles, digit_limit, piece): roles maps a needle to (flags, after), after the
+ * (alone, seconds, more) of the triggers whose first set holds it (Funnel._after) or None. */
+static int quiet_verdict(PyObject *text, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
+                         PyObject *outputs, PyObject *spec) {
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3 || !PyDict_Check(PyTuple_GET_ITEM(spec, 0))) {
+        PyErr_SetString(PyExc_ValueError, "quiet: spec is (roles, digit_limit, piece)");
+        return -2;
+    }
+    PyObject *roles = PyTuple_GET_ITEM(spec, 0);
+    Py_ssize_t digit_limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
+    Py_ssize_t piece = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
+    if ((digit_limit == -1 || piece == -1) && PyErr_Occurred())
+        return -2;
+    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    /* A text the funnel's cleaning leaves as it is: printable ASCII, no space at either end or
+     * beside another (anything else: the caller cleans it). s[n] is the str's terminating NUL. */
+    if (n == 0 || s[0] == ' ' || s[n - 1] == ' ')
+        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0x20 || s[i] > 0x7e || (s[i] == ' ' && s[i + 1] == ' '))
+            return -1;
+    }
+    PyObject *found = PySet_New(NULL);
+    if (found == NULL)
+        return -2;
+    int verdict = -2, digit = 0, asks_all = 0;
+    PyObject *present[QUIET_MAX_NEEDLES];  /* borrowed from found, which outlives their use */
+    Py_ssize_t count = 0, pos = 0;
+    Py_hash_t hash;
+    PyObject *needle;
+    if (scan_into(s, n, classes, table, width, outputs, found) < 0)
+        goto done;
+    verdict = -1;
+    if (PySet_GET_SIZE(found) > QUIET_MAX_NEEDLES)
+        goto done;
+    while (_PySet_NextEntry(found, &pos, &needle, &hash))
+        present[count++] = needle;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *role = PyDict_GetItemWithError(roles, present[i]);
+        if (role == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            continue;  /* a needle of some gate of a triggered message only */
+        }
+        long flags = PyTuple_Check(role) && PyTuple_GET_SIZE(role) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(role, 0)) : -1;
+        if (flags < 0 || ((flags & QUIET_TRIGGER) && !PyTuple_Check(PyTuple_GET_ITEM(role, 1)))) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "quiet: roles map a needle to (flags, after)");
+            goto error;
+        }
+        if (flags & QUIET_STOP)
+            goto done;
+        digit |= (flags & QUIET_DIGIT) != 0;
+        asks_all |= (flags & QUIET_RECALL_ALL) != 0;
+        if (!(flags & QUIET_TRIGGER))
+            continue;
+        /* As Funnel._may_trigger: (alone, seconds, more) of the triggers whose first set holds it. */
+        PyObject *entry = PyTuple_GET_ITEM(role, 1);
+        if (PyTuple_GET_SIZE(entry) != 3 || !PyAnySet_Check(PyTuple_GET_ITEM(entry, 1)) ||
+            !PyTuple_Check(PyTuple_GET_ITEM(entry, 2))) {
+            PyErr_SetString(PyExc_ValueError, "quiet: after is (alone, seconds, more)");
+            goto error;
+        }
+        int in = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 0));
+        if (in == 0)
+            in = meets(PyTuple_GET_ITEM(entry, 1), present, count);
+        if (in != 0)
+            goto closer;
+        PyObject *more = PyTuple_GET_ITEM(entry, 2);
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(more); j++) {
+            PyObject *sets = PyTuple_GET_ITEM(more, j);
+            if (!PyTuple_Check(sets)) {
+                PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
+                goto error;
+            }
+            int all = 1;
+            for (Py_ssize_t k = 0; all == 1 && k < PyTuple_GET_SIZE(sets); k++) {
+                PyObject *set = PyTuple_GET_ITEM(sets, k);
+                if (!PyAnySet_Check(set)) {
+                    PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
+                    goto error;
+                }
+                all = meets(set, present, count);
+            }
+            if (all != 0)
+                goto closer;  /* a trigger may match (or an error) */
+        }
+    }
+    if (digit) {  /* the only mask hints are digits: masks run on digit_limit of them, or a long piece */
+        Py_ssize_t digits_seen = 0, run = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            digits_seen += s[i] >= '0' && s[i] <= '9';
+            run = s[i] == ' ' ? 0 : run + 1;
+            if (digits_seen >= digit_limit || run >= piece)
+                goto done;
+        }
+    }
+    verdict = asks_all;
+    goto done;
+closer:
+    if (!PyErr_Occurred())
+        goto done;  /* verdict is -1 */
 error:
+    verdict = -2;
+done:
     Py_DECREF(found);
-    return NULL;
+    return verdict;
+}
+
+static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "quiet(text, classes, table, outputs, spec)");
+        return NULL;
+    }
+    const unsigned char *classes;
+    const uint16_t *table;
+    Py_ssize_t width;
+    if (check_ascii(args[0], "quiet") < 0 || read_table(args[1], args[2], args[3], "quiet", &classes, &table, &width) < 0)
+        return NULL;
+    int verdict = quiet_verdict(args[0], classes, table, width, args[3], args[4]);
+    return verdict == -2 ? NULL : PyLong_FromLong(verdict);
 }
 
 static PyMethodDef methods[] = {
@@ -371,6 +534,8 @@ static PyMethodDef methods[] = {
     {"marked_lower", marked_lower, METH_O, "marked_lower(text) -> the ASCII text folded and marked"},
     {"scan_marked", (PyCFunction)(void (*)(void))scan_marked, METH_FASTCALL,
      "scan_marked(text, classes, table, outputs) -> the needles in marked_lower(text)"},
+    {"quiet", (PyCFunction)(void (*)(void))quiet, METH_FASTCALL,
+     "quiet(text, classes, table, outputs, spec) -> 0 or 1 for a text that triggers nothing, -1: look closer"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,8 +20,9 @@ import regex
 
 from . import defaults
 from .needles import Screen, as_needle, fold, needles
-from .privacy import MASK_HINTS, mask_found, mask_pii
+from .privacy import DIGITS_HINT, MASK_HINTS, PIECE_HINT, mask_found, mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
+from . import text as _text
 from .text import memory_key, nfkc
 from .topics import TopicTagger
 
@@ -193,6 +194,8 @@ class Funnel:
         self._pii_hints = hints[0] if hints else None
         # Each hint as the screen finds it (word edges marked) -> the hint, for privacy.mask_found().
         self._pii_hint_of = {as_needle(h): h for h in map(fold, MASK_HINTS)}
+        # The usual message, ASCII and triggering nothing, told in one call (_quiet_args): made on first use.
+        self._quiet: tuple | None = None
 
     def _firsts(self, keys) -> frozenset[str] | None:
         """The first needle sets of these patterns, joined: a text with none of them is matched by
@@ -300,6 +303,47 @@ class Funnel:
 
     def process(self, message: str) -> FunnelResult:
         """Run one user message through every stage."""
+        if message and message.isascii():
+            quiet = self._quiet if self._quiet is not None else self._quiet_args()
+            speedups = _text._speedups
+            if quiet and speedups is not None:
+                # Most messages: what the stages below would say, in one call (memo_mw._speedups.quiet).
+                verdict = speedups.quiet(message, *quiet)
+                if verdict >= 0:
+                    return FunnelResult("no_trigger", trace=[("trigger", "no trigger matched")],
+                                        recall_all=None if verdict or self._any_recall_all is None else False)
+        return self._process(message)
+
+    def _quiet_args(self) -> tuple:
+        """The screen's table and what memo_mw._speedups.quiet() checks the needles it finds
+        against, or ``()`` when it cannot tell (no C speedups, no table, a screen that is off, or
+        patterns without needles). For a message that is printable ASCII with no space at an end
+        or beside another (what cleaning leaves as it is), quiet() answers -1 (look closer) when a
+        needle is there of a filler, a forget request or a PII mask other than a digit; when some
+        trigger's needle sets are all there (as _may_trigger); or, with a digit, when the text
+        holds DIGITS_HINT digits or a piece of PIECE_HINT characters (masks may run). Otherwise
+        the message triggers nothing: 1 if a recall-everything question's needles are there
+        (recall looks again), else 0."""
+        args: tuple = ()
+        forget_firsts = [self._forget_for[scripts][1] for scripts in (_NO_SCRIPT, _LATIN_ONLY)]
+        table = self._screen.table() if _text._speedups is not None else ()
+        if table and self._pii_hints is not None and self._any_filler is not None and \
+                self._any_trigger is not None and None not in forget_firsts:
+            # Each needle's roles (memo_mw/_speedups.c): 1 stop (look closer), 2 a digit, 4 a
+            # recall-everything needle, 8 the first of some trigger's (with its _after entry).
+            digits = frozenset(n for n, hint in self._pii_hint_of.items() if hint.isascii() and hint.isdigit()) & self._pii_hints
+            flags: dict[str, int] = {}
+            for role, needles_ in ((1, (self._pii_hints - digits).union(self._any_filler, *forget_firsts)),
+                                   (2, digits), (4, self._any_recall_all or ()), (8, self._any_trigger)):
+                for needle in needles_:
+                    flags[needle] = flags.get(needle, 0) | role
+            roles = {n: (f, self._after[n] if f & 8 else None) for n, f in flags.items()}
+            args = (*table, (roles, DIGITS_HINT, PIECE_HINT))
+        self._quiet = args
+        return args
+
+    def _process(self, message: str) -> FunnelResult:
+        """process() without the one-call look at the usual message (the stages themselves)."""
         cleaned, present = self._clean(message or "")
         # The needles of the message as is_recall_all reads it (cleaning changed nothing): when
         # none of a recall-everything question's are there, recall need not look again.

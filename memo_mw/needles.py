@@ -142,9 +142,7 @@ class Screen:
                                           _automaton(w for w in self._words if not w.isascii()))
         speedups = _text._speedups
         if speedups is not None and text.isascii():
-            table = self._table
-            if table is None:
-                table = self._table = needle_table(w for w in self._words if w.isascii())
+            table = self._table if self._table is not None else self.table()
             if table:  # the same needles as the automaton below, found in C in one step a character
                 return speedups.scan_marked(text, *table)
             text = speedups.marked_lower(text)
@@ -154,6 +152,14 @@ class Screen:
         if automata[1] is not None and not text.isascii():
             found |= frozenset(map(_NEEDLE, automata[1].iter(text)))
         return found
+
+    def table(self) -> tuple[bytes, bytes, tuple] | tuple[()]:
+        """The ASCII needles as needle_table() gives them (made on the first ask): what
+        memo_mw._speedups.scan_marked() and quiet() take. Empty when there is none to give."""
+        table = self._table
+        if table is None:
+            table = self._table = needle_table(w for w in self._words if w.isascii())
+        return table
 
     def sets(self, key: Any) -> tuple[frozenset[str], ...]:
         """The needle sets of the pattern under ``key`` (none: it always may match)."""

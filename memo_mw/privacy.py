@@ -311,10 +311,14 @@ _NUMBERS: tuple[_Mask, ...] = (
 # The first looks of _mask, in the standard library's engine (ASCII classes only: the same matches,
 # in about half the time of the regex module's call).
 _DIGIT = re.compile(r"[0-9]")
+#: A text whose only mask hints are digits is one mask_found() returns as it is when it holds
+#: fewer than DIGITS_HINT digits (every ID, card and phone number holds 7 or more) and no piece of
+#: PIECE_HINT characters between whitespace (where a random key could hide).
+DIGITS_HINT, PIECE_HINT = 7, 32
 # Every ID, card and phone number holds 7+ digits with at most two separators between two.
-_DIGIT_RUN = re.compile(r"[0-9](?:[ ().+-]{0,2}[0-9]){6}")
+_DIGIT_RUN = re.compile(rf"[0-9](?:[ ().+-]{{0,2}}[0-9]){{{DIGITS_HINT - 1}}}")
 # A piece of 32+ characters between whitespace (str.split's whitespace: the same test, Py_UNICODE_ISSPACE).
-_LONG_PIECE = re.compile(r"\S{32}")
+_LONG_PIECE = re.compile(rf"\S{{{PIECE_HINT}}}")
 
 
 # Everything any mask below needs, looked for at once: most messages hold none of it. Literal
@@ -359,7 +363,7 @@ def mask_found(text: str, found: frozenset[str]) -> str:
                       not found.isdisjoint(_KEY_SET), not found.isdisjoint(_FOLDED_TOKEN_HINTS), "bearer" in found,
                       "@" in found or "＠" in found,
                       # every ID, card and phone number holds 7 digits or more
-                      numbers=bool(digits) and sum(map(text.count, digits)) >= 7)
+                      numbers=bool(digits) and sum(map(text.count, digits)) >= DIGITS_HINT)
 
 
 def _mask(text: str) -> str:
@@ -391,7 +395,7 @@ def _run_masks(text: str, digit: bool, password: bool, code: bool, key: bool, to
     if at:
         masks.extend(_EMAILS)
     # A run of 32 key characters lies inside one whitespace-separated piece of 32 or more.
-    if digit and len(text) >= 32 and _LONG_PIECE.search(text) is not None:
+    if digit and len(text) >= PIECE_HINT and _LONG_PIECE.search(text) is not None:
         masks.extend(_RANDOMS)
     if digit and numbers and _DIGIT_RUN.search(text) is not None:
         masks.extend(_NUMBERS)

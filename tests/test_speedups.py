@@ -160,6 +160,64 @@ def test_a_needle_table_it_cannot_read_is_a_clear_error():
         speedups.scan_marked("like", classes, table)
 
 
+FUNNEL = Funnel(load_rules())
+# Words of every kind quiet() tells apart: trigger needles with and without what they need beside
+# them, forget and recall-everything words, fillers, PII hints (digits alone and with the words a
+# code needs), and plain words.
+FUNNEL_WORDS = WORDS + ["like", "love", "hate", "prefer", "remember", "forget", "from now on", "next time",
+                        "always", "never", "my", "name", "is", "um", "uh", "well,", "what", "do", "you", "know",
+                        "about", "me", "1", "42", "2026", "1234567", "12 34 56", "pin", "code", "key", "@", "_",
+                        "password", "x" * 31, "y" * 32, "bearer", "sk-", "call", "me", "at", "today", "town"]
+FUNNEL_TEXTS = st.one_of(st.lists(st.sampled_from(FUNNEL_WORDS), min_size=1, max_size=12).map(" ".join),
+                         SEPARATED, CHARACTERS)
+
+
+def whole(result):
+    return (result.stage, result.candidates, result.trace, result.recall_all, result.forget_scope,
+            result.forget_match)
+
+
+@SETTINGS
+@given(FUNNEL_TEXTS)
+def test_the_one_call_verdict_is_the_funnels(sample):
+    """quiet() answers only for messages the stages would stop at no_trigger, with the same
+    result (recall_all included)."""
+    assert whole(FUNNEL.process(sample)) == whole(FUNNEL._process(sample))
+
+
+def test_the_one_call_verdict_answers_for_the_usual_message_only():
+    args = FUNNEL._quiet_args()
+    assert args, "quiet() is not used by the shipped rules' funnel"
+
+    def verdict(sample):
+        return speedups.quiet(sample, *args)
+
+    assert verdict("what is the weather like in town 5 today?") == 0
+    assert verdict("what do you remember about me") in (-1, 1)  # recall looks again, or the funnel does
+    for closer in ["I like jazz", "from now on call me Bo", "forget my address", "my pin is 4821",
+                   "call 13800138000", "um, what is up", "mail me@x.io", "a" * 40 + " 5", " leading space",
+                   "two  spaces", "tab\there", "line\nbreak", "x" * 31 + "1"]:
+        assert verdict(closer) == -1, closer
+    assert verdict("room 101 at 9") == 0  # digits, but not enough for any number mask
+    assert verdict("") == -1
+
+
+def test_a_quiet_spec_it_cannot_read_is_a_clear_error():
+    classes, table, outputs, spec = FUNNEL._quiet_args()
+    with pytest.raises(ValueError, match="ASCII"):
+        speedups.quiet("我喜欢", classes, table, outputs, spec)
+    with pytest.raises(ValueError, match="table"):
+        speedups.quiet("like", classes[:-1], table, outputs, spec)
+    with pytest.raises(ValueError, match="spec"):
+        speedups.quiet("like", classes, table, outputs, spec[:2])
+    with pytest.raises(ValueError, match="roles"):
+        speedups.quiet("i like", classes, table, outputs, ({n: "x" for n in spec[0]}, *spec[1:]))
+    with pytest.raises(ValueError, match="after"):
+        speedups.quiet("i like", classes, table, outputs, ({n: (8, ()) for n in spec[0]}, *spec[1:]))
+    with pytest.raises(TypeError):
+        speedups.quiet("like", classes, table, outputs)
+
+
 def test_random_long_texts_agree():
     """Longer texts than the generated ones: many phrases, one after another."""
     rng = random.Random(20261201)
