@@ -197,10 +197,10 @@ end
 """
 
 
-def gunicorn(env, port):
+def gunicorn(env, port, app="bench.app:app"):
     binary = shutil.which("gunicorn", path=os.path.dirname(sys.executable)) or "gunicorn"
     process = subprocess.Popen([binary, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4",
-                                "--worker-class", "gthread", "--log-level", "warning", "bench.app:app"],
+                                "--worker-class", "gthread", "--log-level", "warning", app],
                                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     for _ in range(300):

@@ -1,0 +1,145 @@
+"""Figure 1b from inside the gunicorn worker: the middleware's own CPU time, step by step.
+
+    .venv/bin/python bench/inside.py [--seconds 8] [--rounds 2] [--steps]
+
+bench/perf.py's HTTP figure reads the worker's CPU time from /proc, which holds everything the
+process does. Here the same app and load (gunicorn, 1 worker, 4 threads; wrk, 16 connections, a
+new message each request, a user with 100 memories) run with timers in the worker: each request's
+thread CPU time (``time.thread_time``) in the wrapped call and in the app inside it, the
+difference being the middleware's own, and with ``--steps`` the same for each step
+bench/breakdown.py names. Also the worker's garbage collections (count and thread CPU time, by
+generation). The timers are system calls (``CLOCK_THREAD_CPUTIME_ID``, about 1 us a pair here):
+the steps' timers add to the middleware's own time, so read it from a run without them. Compare a step here with its in-process time from bench/breakdown.py: the ratio is
+what the server's threads and system calls make the same code cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: Where the worker writes its figures (set by main() for the worker it starts).
+OUT = "MEMO_INSIDE_OUT"
+STEPS_ON = "MEMO_INSIDE_STEPS"
+
+
+def timed_app():
+    """The benchmark app (bench.app), wrapped when MEMO_DB is set, with the timers in place."""
+    import gc
+
+    from bench.app import app
+    from bench.breakdown import STEPS
+    from memo_mw import middleware as middleware_module
+
+    clock = time.thread_time
+    spent: dict[str, float] = {"requests": 0, "wrapped": 0.0, "app": 0.0}
+    collections = {"count": [0, 0, 0], "cpu": [0.0, 0.0, 0.0]}
+    started = threading.local()
+
+    def on_gc(phase, info):
+        if phase == "start":
+            started.gc = clock()
+        elif hasattr(started, "gc"):
+            collections["count"][info["generation"]] += 1
+            collections["cpu"][info["generation"]] += clock() - started.gc
+
+    gc.callbacks.append(on_gc)
+
+    def timing(owner, name, label):
+        method = getattr(owner, name)
+        spent.setdefault(label, 0.0)
+
+        def timed(*args, **kwargs):
+            before = clock()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                spent[label] += clock() - before
+        setattr(owner, name, timed)
+
+    middleware = app.wsgi_app
+    if hasattr(middleware, "funnel"):  # wrapped: the app inside, and each step
+        timing(middleware, "app", "app")
+        for label, path, name in STEPS if os.environ.get(STEPS_ON) else ():
+            timing(getattr(middleware, path) if path else middleware, name, label)
+        if os.environ.get(STEPS_ON):
+            timing(middleware_module, "_decode", "JSON")
+            timing(middleware_module, "read_turn", "turn")
+    else:
+        spent.pop("app")
+    timing(app, "wsgi_app", "wrapped")
+    out = os.environ[OUT]
+
+    def served(environ, start_response):
+        spent["requests"] += 1
+        if spent["requests"] % 1000 == 0:  # the worker is killed at the end: written as it goes
+            Path(out).write_text(json.dumps({"spent": spent, "gc": collections}))
+        return app(environ, start_response)
+
+    return served
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", action="store_true", help="time each step too (their timers add to the total)")
+    args = parser.parse_args()
+    from bench.perf import WRK_SCRIPT, chat_app, gunicorn, seed_memories, wrk
+    from memo_mw import MemoryMiddleware
+    from tests.loadgen import free_port
+    from tests.servers import RedisServer
+
+    folder = tempfile.mkdtemp(prefix="memo-inside-")
+    server = RedisServer(folder)
+    server.start()
+    try:
+        script = f"{folder}/post.lua"
+        Path(script).write_text(WRK_SCRIPT)
+        db = f"{folder}/inside.db"
+        seed_memories(MemoryMiddleware(chat_app().wsgi_app, db=db))
+        for round_ in range(args.rounds):
+            for name, env in (("bare", {"MEMO_DB": ""}), ("memo", {"MEMO_DB": db, "MEMO_REDIS_URL": server.url})):
+                out = f"{folder}/{name}-{round_}.json"
+                port = free_port()
+                process = gunicorn({**env, OUT: out, STEPS_ON: "1" if args.steps else ""}, port,
+                                   app="bench.inside:timed_app()")
+                try:
+                    wrk(port, 2, script)  # warm
+                    wrk(port, args.seconds, script)
+                    time.sleep(0.2)
+                finally:
+                    os.killpg(process.pid, signal.SIGTERM)
+                    process.wait()
+                report(name, json.loads(Path(out).read_text()))
+    finally:
+        server.stop()
+    return 0
+
+
+def report(name: str, figures: dict) -> None:
+    spent, gc_figures = figures["spent"], figures["gc"]
+    n = spent.pop("requests")
+    per = {label: seconds / n * 1e6 for label, seconds in spent.items()}
+    line = f"{name:5} {n:6d} requests: thread CPU {per.pop('wrapped'):6.1f} us a request"
+    if "app" in per:
+        inside = per.pop("app")
+        line += f", the app inside {inside:.1f} us, the middleware's own {spent['wrapped'] / n * 1e6 - inside:.1f} us"
+    print(line)
+    if per:
+        print("      steps: " + ", ".join(f"{label} {us:.1f}" for label, us in per.items()) + " (us)")
+    print(f"      gc: {gc_figures['count']} collections by generation, "
+          f"{sum(gc_figures['cpu']) / n * 1e6:.1f} us a request", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
