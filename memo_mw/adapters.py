@@ -68,9 +68,14 @@ def read_turn(body: Any) -> Turn | None:
                     clean_id(metadata.get("session_id")) or clean_id(body.get("session_id")),
                     clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")),
                     _ts(body.get("ts")))
-    if isinstance(body.get("message"), str):
-        return Turn("plain", body["message"], clean_id(body.get("user_id")), clean_id(body.get("session_id")),
-                    clean_id(body.get("message_id")), _ts(body.get("ts")))
+    message = body.get("message")
+    if isinstance(message, str):
+        # Most bodies hold none of the other fields: None without a call.
+        user, session, message_id, ts = (body.get("user_id"), body.get("session_id"), body.get("message_id"),
+                                         body.get("ts"))
+        return Turn("plain", message, None if user is None else clean_id(user),
+                    None if session is None else clean_id(session),
+                    None if message_id is None else clean_id(message_id), None if ts is None else _ts(ts))
     return None
 
 

@@ -320,8 +320,10 @@ class MemoryMiddleware:
         """Count the message's topics for the weekly insights (memo_mw.counters), tagged as recall
         tags it (a cache hit there); no I/O here, they are sent with other counts."""
         try:
-            self.queue.state.note_topics(self.db, user_id, counters.week_of(now),
-                                         counters.count_keys(self.funnel.topics.tag(message), message))
+            topics = self.funnel.topics.analyse(message)[1]
+            # Most messages: no topic, in English (count_keys' answer then, without the calls).
+            names = counters.count_keys(topics, message) if topics or not message.isascii() else ["@en"]
+            self.queue.state.note_topics(self.db, user_id, counters.week_of(now), names)
         except Exception:
             log.exception("memo-mw: could not count the message's topics")
 

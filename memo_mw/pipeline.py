@@ -194,7 +194,8 @@ class Recaller:
 
     def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
                     config: RecallConfig, recall_all: bool) -> list[dict[str, Any]]:
-        tag = self.funnel.topics.tag
+        topics = self.funnel.topics
+        tag = topics.tag
         pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])} if state.pending else _NO_KEYS
         if isinstance(entry, RankedMemories):
             self.stats["ranked"] += 1
@@ -208,7 +209,7 @@ class Recaller:
         else:
             # Only what shares a token or topic with the message can score (and style,
             # confirmations), and a pending statement meets only the memories on its own slot.
-            memories, max_hits = entry.candidates(*self.funnel.topics.analyse(message), pending_keys), entry.max_hits
+            memories, max_hits = entry.candidates(*topics.analyse(message), pending_keys), entry.max_hits
             if not memories and not state.pending:
                 return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,

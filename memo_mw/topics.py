@@ -74,7 +74,7 @@ class TopicTagger:
         return self.analyse(text)[1]
 
     def _analyse(self, text: str) -> tuple[frozenset[str], frozenset[str]]:
-        folded = nfkc(text).casefold()
+        folded = (text if text.isascii() else nfkc(text)).casefold()
         words: list[str] | None
         if folded.isascii():
             speedups = _text._speedups
