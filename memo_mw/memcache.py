@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections
 import copy
 import heapq
-import itertools
 import json
 import math
 import threading
@@ -60,10 +59,6 @@ RERANK_SECONDS = 3600.0
 #: Requests a little earlier than the ranking (threads finish out of order) use it too, their
 #: bounds raised by what recency can gain in that time; further back, it is computed again.
 RANK_BACK_SECONDS = 60.0
-
-
-#: An endless supply of "no postings", the default of each lookup in UserMemories.candidates.
-_NONE = itertools.repeat(())
 
 
 @dataclass(frozen=True)
@@ -131,8 +126,13 @@ class UserMemories:
         picked = set(self.always)
         for key in keys:
             picked.update(self.by_key.get(key, ()))
-        # The postings of each token and topic (none: an empty tuple), all at once in C.
-        picked.update(*map(self.by_token.get, message_tokens, _NONE), *map(self.by_topic.get, message_topics, _NONE))
+        # The message's tokens and topics that hold memories (most hold none), found in C.
+        by_token, by_topic = self.by_token, self.by_topic
+        for token in by_token.keys() & message_tokens:
+            picked.update(by_token[token])
+        if message_topics:
+            for topic in by_topic.keys() & message_topics:
+                picked.update(by_topic[topic])
         return [self.memories[i] for i in sorted(picked)] if picked else []
 
 
@@ -405,7 +405,8 @@ class MemoryCache:
         self._users: collections.OrderedDict[str, Entry] = collections.OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self.stats = collections.Counter()
+        # defaultdict, not Counter: Counter's own __delitem__ sends every += through a Python slot.
+        self.stats: collections.defaultdict[str, int] = collections.defaultdict(int)
 
     @property
     def bytes(self) -> int:

@@ -75,7 +75,8 @@ class Recaller:
         #: user-state cache's listener, memo_mw.statecache); None: read the version every time.
         self.changes: Any = None
         self._known: dict[str, tuple[Any, float, tuple[int | None, int]]] = {}
-        self.stats = collections.Counter(indexed=0, fallback=0, ranked=0, ranked_retry=0, ranked_full=0)
+        # defaultdict, not Counter: Counter's own __delitem__ sends every += through a Python slot.
+        self.stats = collections.defaultdict(int, indexed=0, fallback=0, ranked=0, ranked_retry=0, ranked_full=0)
         self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
         #: Users' memories kept in this process (memo_mw.memcache); None: read them every time.
         #: Up to ``index_min`` memories as dicts, more (up to ``cache_user``) in the ranked form.

@@ -74,7 +74,7 @@ class CachedUserState:
         self._epoch = 0  # moves each time the listener subscribes or loses Redis
         self._lock = threading.Lock()
         self.listening = False
-        self.stats = collections.Counter()
+        self.stats: collections.defaultdict[str, int] = collections.defaultdict(int)  # (not Counter: see memcache)
         self._stop = threading.Event()
         self._threads_pid: int | None = None
         self._start_lock = threading.Lock()
