@@ -164,8 +164,8 @@ static int add_phrase_topics(PyObject *words, PyObject *word_phrases, PyObject *
             Py_ssize_t length = PyTuple_GET_SIZE(phrase);
             if (i + length > count)
                 continue;
-            int same = 1;
-            for (Py_ssize_t k = 0; k < length && same; k++) {
+            int same = 1;  /* its first word is the key it was found under (TopicTagger._word_phrases) */
+            for (Py_ssize_t k = 1; k < length && same; k++) {
                 same = PyObject_RichCompareBool(PyList_GET_ITEM(words, i + k), PyTuple_GET_ITEM(phrase, k), Py_EQ);
                 if (same < 0)
                     return -1;
