@@ -403,6 +403,55 @@ static int meets(PyObject *set, PyObject *const *items, Py_ssize_t n) {
 /* The roles a needle may have in quiet()'s spec (Funnel._quiet_args). */
 enum { QUIET_STOP = 1, QUIET_DIGIT = 2, QUIET_RECALL_ALL = 4, QUIET_TRIGGER = 8 };
 
+/* One needle's part in quiet(): 0 to go on (its digit and recall-everything flags added), -1 when
+ * the caller must look closer, -2 on error. role is (flags, after); present[0:count] the needles found. */
+static int quiet_role(PyObject *role, PyObject *const *present, Py_ssize_t count, int *digit, int *asks_all) {
+    long flags = PyTuple_Check(role) && PyTuple_GET_SIZE(role) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(role, 0)) : -1;
+    if (flags < 0 || ((flags & QUIET_TRIGGER) && !PyTuple_Check(PyTuple_GET_ITEM(role, 1)))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "quiet: roles map a needle to (flags, after)");
+        return -2;
+    }
+    if (flags & QUIET_STOP)
+        return -1;
+    *digit |= (flags & QUIET_DIGIT) != 0;
+    *asks_all |= (flags & QUIET_RECALL_ALL) != 0;
+    if (!(flags & QUIET_TRIGGER))
+        return 0;
+    /* As Funnel._may_trigger: (alone, seconds, more) of the triggers whose first set holds it. */
+    PyObject *entry = PyTuple_GET_ITEM(role, 1);
+    if (PyTuple_GET_SIZE(entry) != 3 || !PyAnySet_Check(PyTuple_GET_ITEM(entry, 1)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(entry, 2))) {
+        PyErr_SetString(PyExc_ValueError, "quiet: after is (alone, seconds, more)");
+        return -2;
+    }
+    int in = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 0));
+    if (in == 0)
+        in = meets(PyTuple_GET_ITEM(entry, 1), present, count);
+    if (in != 0)
+        return in < 0 ? -2 : -1;
+    PyObject *more = PyTuple_GET_ITEM(entry, 2);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(more); j++) {
+        PyObject *sets = PyTuple_GET_ITEM(more, j);
+        if (!PyTuple_Check(sets)) {
+            PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
+            return -2;
+        }
+        int all = 1;
+        for (Py_ssize_t k = 0; all == 1 && k < PyTuple_GET_SIZE(sets); k++) {
+            PyObject *set = PyTuple_GET_ITEM(sets, k);
+            if (!PyAnySet_Check(set)) {
+                PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
+                return -2;
+            }
+            all = meets(set, present, count);
+        }
+        if (all != 0)
+            return all < 0 ? -2 : -1;  /* a trigger may match (or an error) */
+    }
+    return 0;
+}
+
 /* quiet(): 0 or 1 for a text that surely triggers nothing, -1 when the caller must look closer, -2
  * on error. spec is (roles, digit_limit, piece): roles maps a needle to (flags, after), after the
  * (alone, seconds, more) of the triggers whose first set holds it (Funnel._after) or None. */
@@ -432,16 +481,22 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
         return -2;
     int verdict = -2, digit = 0, asks_all = 0;
     PyObject *present[QUIET_MAX_NEEDLES];  /* borrowed from found, which outlives their use */
-    Py_ssize_t count = 0, pos = 0;
-    Py_hash_t hash;
-    PyObject *needle;
+    Py_ssize_t count = 0;
+    PyObject *needle, *iterator = NULL;
     if (scan_into(s, n, classes, table, width, outputs, found) < 0)
         goto done;
     verdict = -1;
     if (PySet_GET_SIZE(found) > QUIET_MAX_NEEDLES)
         goto done;
-    while (_PySet_NextEntry(found, &pos, &needle, &hash))
+    if ((iterator = PyObject_GetIter(found)) == NULL)
+        goto error;
+    while (count < QUIET_MAX_NEEDLES && (needle = PyIter_Next(iterator)) != NULL) {
         present[count++] = needle;
+        Py_DECREF(needle);  /* found holds it */
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred())
+        goto error;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *role = PyDict_GetItemWithError(roles, present[i]);
         if (role == NULL) {
@@ -449,48 +504,12 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
                 goto error;
             continue;  /* a needle of some gate of a triggered message only */
         }
-        long flags = PyTuple_Check(role) && PyTuple_GET_SIZE(role) == 2 ? PyLong_AsLong(PyTuple_GET_ITEM(role, 0)) : -1;
-        if (flags < 0 || ((flags & QUIET_TRIGGER) && !PyTuple_Check(PyTuple_GET_ITEM(role, 1)))) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_ValueError, "quiet: roles map a needle to (flags, after)");
-            goto error;
-        }
-        if (flags & QUIET_STOP)
+        Py_INCREF(role);  /* held while its parts are read */
+        int checked = quiet_role(role, present, count, &digit, &asks_all);
+        Py_DECREF(role);
+        if (checked != 0) {
+            verdict = checked == -2 ? -2 : -1;
             goto done;
-        digit |= (flags & QUIET_DIGIT) != 0;
-        asks_all |= (flags & QUIET_RECALL_ALL) != 0;
-        if (!(flags & QUIET_TRIGGER))
-            continue;
-        /* As Funnel._may_trigger: (alone, seconds, more) of the triggers whose first set holds it. */
-        PyObject *entry = PyTuple_GET_ITEM(role, 1);
-        if (PyTuple_GET_SIZE(entry) != 3 || !PyAnySet_Check(PyTuple_GET_ITEM(entry, 1)) ||
-            !PyTuple_Check(PyTuple_GET_ITEM(entry, 2))) {
-            PyErr_SetString(PyExc_ValueError, "quiet: after is (alone, seconds, more)");
-            goto error;
-        }
-        int in = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 0));
-        if (in == 0)
-            in = meets(PyTuple_GET_ITEM(entry, 1), present, count);
-        if (in != 0)
-            goto closer;
-        PyObject *more = PyTuple_GET_ITEM(entry, 2);
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(more); j++) {
-            PyObject *sets = PyTuple_GET_ITEM(more, j);
-            if (!PyTuple_Check(sets)) {
-                PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
-                goto error;
-            }
-            int all = 1;
-            for (Py_ssize_t k = 0; all == 1 && k < PyTuple_GET_SIZE(sets); k++) {
-                PyObject *set = PyTuple_GET_ITEM(sets, k);
-                if (!PyAnySet_Check(set)) {
-                    PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
-                    goto error;
-                }
-                all = meets(set, present, count);
-            }
-            if (all != 0)
-                goto closer;  /* a trigger may match (or an error) */
         }
     }
     if (digit) {  /* the only mask hints are digits: masks run on digit_limit of them, or a long piece */
@@ -504,9 +523,6 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
     }
     verdict = asks_all;
     goto done;
-closer:
-    if (!PyErr_Occurred())
-        goto done;  /* verdict is -1 */
 error:
     verdict = -2;
 done:
