@@ -505,13 +505,14 @@ class _GuardedState:
 
     def read(self, user_id: str) -> UserState:
         inner = self._backend.backend.state
-        if self._backend._thread_pid != os.getpid():  # a fork since (enqueue also checks it lives)
+        pid = os.getpid()
+        if self._backend._thread_pid != pid:  # a fork since (enqueue also checks it lives)
             self._backend._ensure_drainer()
         # The outbox first, then Redis: a row the thread sends in between is in one or the other
         # (the thread drops this process's copy of the user's state before it deletes the row).
         rows = self._backend.outbox.user_rows(user_id) if self._backend.spooled else None
         # A copy kept in this process (memo_mw.statecache) asks nothing of Redis: no breaker.
-        state = inner.cached(user_id) if rows is None and isinstance(inner, CachedUserState) else None
+        state = inner.cached(user_id, pid) if rows is None and isinstance(inner, CachedUserState) else None
         if state is not None:
             return state
         state = self._backend.call(inner.read, user_id, fallback=None)

@@ -83,12 +83,13 @@ class CachedUserState:
 
     # -- reads ----------------------------------------------------------------------------
 
-    def cached(self, user_id: str) -> UserState | None:
-        """The user's state if this process's copy can be trusted (no I/O), else None."""
+    def cached(self, user_id: str, pid: int | None = None) -> UserState | None:
+        """The user's state if this process's copy can be trusted (no I/O), else None. ``pid``:
+        os.getpid() as the caller has just asked it (one system call fewer)."""
         # os.getpid() each time (a system call), not an id kept by an at-fork hook: uWSGI forks its
         # workers without running Python's hooks (unless --py-call-osafterfork), and every worker
         # would then trust the listener and copies of the process it was forked from.
-        if self.listening and self._threads_pid == os.getpid():
+        if self.listening and self._threads_pid == (os.getpid() if pid is None else pid):
             with self._lock:
                 hit = self._cache.get(user_id)
                 if hit is not None and time.monotonic() - hit[1] < self.max_age:
