@@ -9,8 +9,9 @@ thread CPU time (``time.thread_time``) in the wrapped call and in the app inside
 difference being the middleware's own, and with ``--steps`` the same for each step
 bench/breakdown.py names. Also the worker's garbage collections (count and thread CPU time, by
 generation). The timers are system calls (``CLOCK_THREAD_CPUTIME_ID``, about 1 us a pair here):
-the steps' timers add to the middleware's own time, so read it from a run without them. Compare a step here with its in-process time from bench/breakdown.py: the ratio is
-what the server's threads and system calls make the same code cost.
+the steps' timers add to the middleware's own time, so read it from a run without them. Compare a
+step here with its in-process time from bench/breakdown.py: the ratio is what the server's threads
+and system calls make the same code cost.
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ STEPS_ON = "MEMO_INSIDE_STEPS"
 
 def timed_app():
     """The benchmark app (bench.app), wrapped when MEMO_DB is set, with the timers in place."""
+    import collections
     import gc
 
     from bench.app import app
-    from bench.breakdown import STEPS
+    from bench.breakdown import STEPS, timed
     from memo_mw import middleware as middleware_module
 
     clock = time.thread_time
-    spent: dict[str, float] = {"requests": 0, "wrapped": 0.0, "app": 0.0}
+    spent: collections.defaultdict[str, float] = collections.defaultdict(float)
     collections = {"count": [0, 0, 0], "cpu": [0.0, 0.0, 0.0]}
     started = threading.local()
 
@@ -54,29 +56,15 @@ def timed_app():
 
     gc.callbacks.append(on_gc)
 
-    def timing(owner, name, label):
-        method = getattr(owner, name)
-        spent.setdefault(label, 0.0)
-
-        def timed(*args, **kwargs):
-            before = clock()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                spent[label] += clock() - before
-        setattr(owner, name, timed)
-
     middleware = app.wsgi_app
     if hasattr(middleware, "funnel"):  # wrapped: the app inside, and each step
-        timing(middleware, "app", "app")
-        for label, path, name in STEPS if os.environ.get(STEPS_ON) else ():
-            timing(getattr(middleware, path) if path else middleware, name, label)
+        timed(middleware, "app", spent, "app", clock)
         if os.environ.get(STEPS_ON):
-            timing(middleware_module, "_decode", "JSON")
-            timing(middleware_module, "read_turn", "turn")
-    else:
-        spent.pop("app")
-    timing(app, "wsgi_app", "wrapped")
+            for label, path, name in STEPS:
+                timed(getattr(middleware, path) if path else middleware, name, spent, label, clock)
+            timed(middleware_module, "_decode", spent, "JSON", clock)
+            timed(middleware_module, "read_turn", spent, "turn", clock)
+    timed(app, "wsgi_app", spent, "wrapped", clock)
     out = os.environ[OUT]
 
     def served(environ, start_response):
@@ -128,7 +116,7 @@ def main() -> int:
 
 def report(name: str, figures: dict) -> None:
     spent, gc_figures = figures["spent"], figures["gc"]
-    n = spent.pop("requests")
+    n = int(spent.pop("requests"))
     per = {label: seconds / n * 1e6 for label, seconds in spent.items()}
     line = f"{name:5} {n:6d} requests: thread CPU {per.pop('wrapped'):6.1f} us a request"
     if "app" in per:
