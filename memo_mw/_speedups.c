@@ -14,7 +14,7 @@
  *   quiet(text, classes, table, outputs, spec) -> int
  *       for an ASCII message, memo_mw.funnel.Funnel's verdict on the usual case in one call: 0 or
  *       1 when the message surely triggers nothing and asks to forget nothing (1: it may be a
- *       recall-everything question), -1 when the funnel must look closer (Funnel._quiet_spec).
+ *       recall-everything question), -1 when the funnel must look closer (Funnel._quiet_args).
  */
 
 #define PY_SSIZE_T_CLEAN

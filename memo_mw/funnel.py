@@ -331,7 +331,7 @@ class Funnel:
                 self._any_trigger is not None and None not in forget_firsts:
             # Each needle's roles (memo_mw/_speedups.c): 1 stop (look closer), 2 a digit, 4 a
             # recall-everything needle, 8 the first of some trigger's (with its _after entry).
-            digits = frozenset(n for n, hint in self._pii_hint_of.items() if hint.isascii() and hint.isdigit()) & self._pii_hints
+            digits = frozenset(map(as_needle, string.digits)) & self._pii_hints
             flags: dict[str, int] = {}
             for role, needles_ in ((1, (self._pii_hints - digits).union(self._any_filler, *forget_firsts)),
                                    (2, digits), (4, self._any_recall_all or ()), (8, self._any_trigger)):
