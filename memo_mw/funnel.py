@@ -99,15 +99,16 @@ class Candidate:
         return asdict(self)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class FunnelResult:
-    """Where a message stopped, what it produced, and the trace through each gate."""
+    """Where a message stopped, what it produced, and the trace through each gate. A value: the
+    usual message's result is one instance shared by every request (_QUIET)."""
 
     stage: str
-    candidates: list[Candidate] = field(default_factory=list)
+    candidates: tuple[Candidate, ...] = ()
     forget_scope: str | None = None
     forget_match: str | None = None
-    trace: list[tuple[str, str]] = field(default_factory=list)
+    trace: tuple[tuple[str, str], ...] = ()
     #: False when the message is surely no recall-everything question (is_recall_all), found on
     #: the way; None when not known here.
     recall_all: bool | None = None
@@ -123,6 +124,12 @@ class _Hit:
     trigger: Trigger
     match: regex.Match
     rule_file: RuleFile
+
+
+#: What process() answers for the usual message (memo_mw._speedups.quiet), by whether the message
+#: is surely no recall-everything question: one value for every request.
+_QUIET = (FunnelResult("no_trigger", trace=(("trigger", "no trigger matched"),)),
+          FunnelResult("no_trigger", trace=(("trigger", "no trigger matched"),), recall_all=False))
 
 
 class Funnel:
@@ -310,8 +317,7 @@ class Funnel:
                 # Most messages: what the stages below would say, in one call (memo_mw._speedups.quiet).
                 verdict = speedups.quiet(message, *quiet)
                 if verdict >= 0:
-                    return FunnelResult("no_trigger", trace=[("trigger", "no trigger matched")],
-                                        recall_all=None if verdict or self._any_recall_all is None else False)
+                    return _QUIET[verdict == 0 and self._any_recall_all is not None]
         return self._process(message)
 
     def _quiet_args(self) -> tuple:
@@ -352,13 +358,13 @@ class Funnel:
         text = self._masked(cleaned, present)
         trace: list[tuple[str, str]] = []
         if not text:
-            return FunnelResult("no_trigger", trace=[("trigger", "empty message")])
+            return FunnelResult("no_trigger", trace=(("trigger", "empty message"),))
         if present is None or text != cleaned:
             present = self._screen.present(text)
         forget = self._forget_request(text, present)
         if forget is None and not self._may_trigger(present):
             trace.append(("trigger", "no trigger matched"))  # as _capture would say, without the sentences
-            return FunnelResult("no_trigger", trace=trace, recall_all=recall_all)
+            return FunnelResult("no_trigger", trace=tuple(trace), recall_all=recall_all)
         sentences = self.sentences(text)
         if forget is not None:
             gate, what = forget
@@ -369,10 +375,10 @@ class Funnel:
                 rest = [s for s in sentences if self._search(gate, s, self._screen.present(s)) is None]
                 if rest:
                     candidates = self._capture(text, rest, trace, present)[1]
-            return FunnelResult("forget", candidates=candidates, forget_scope=gate.scope, forget_match=what,
-                                trace=trace, recall_all=recall_all)
+            return FunnelResult("forget", candidates=tuple(candidates), forget_scope=gate.scope, forget_match=what,
+                                trace=tuple(trace), recall_all=recall_all)
         stage, candidates = self._capture(text, sentences, trace, present)
-        return FunnelResult(stage, candidates=candidates, trace=trace, recall_all=recall_all)
+        return FunnelResult(stage, candidates=tuple(candidates), trace=tuple(trace), recall_all=recall_all)
 
     def _masked(self, text: str, present: frozenset[str] | None) -> str:
         """mask_pii(text), told by ``present`` (the screen's needles of ``text``, if known) which

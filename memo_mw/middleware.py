@@ -244,7 +244,8 @@ class MemoryMiddleware:
         turn = read_turn(body)
         if turn is None:
             return None
-        if b"\\ud" in raw or b"\\uD" in raw:
+        # find(), not `in`: bytes' `in` tries its operand as an int first, raising and clearing a TypeError.
+        if raw.find(b"\\u") >= 0 and (raw.find(b"\\ud") >= 0 or raw.find(b"\\uD") >= 0):
             turn = _without_lone_surrogates(turn)
         user_id = self._user(environ, body, turn)
         if user_id is None:

@@ -495,7 +495,7 @@ SENSITIVE_ALLERGY = [
 def test_allergies_are_sensitive(funnel, message):
     result = funnel.process(message)
     assert result.stage == "sensitive", result.trace
-    assert result.candidates == []
+    assert result.candidates == ()
 
 
 # -- every pattern is bounded -----------------------------------------------------------------
@@ -635,7 +635,7 @@ def test_sensitive_categories_are_never_stored(funnel, funnel_without_sensitive,
     assert funnel_without_sensitive.process(message).stage == "captured"  # a trigger matches...
     result = funnel.process(message)
     assert result.stage == "sensitive", result.trace  # ... and a sensitive gate stops it
-    assert result.candidates == []
+    assert result.candidates == ()
 
 
 SENSITIVE_NO_TRIGGER = [
@@ -774,7 +774,7 @@ def test_prompt_injection_is_stopped_by_the_gate(funnel, funnel_without_injectio
     assert funnel_without_injection_gates.process(message).stage == "captured"  # a trigger matches...
     result = funnel.process(message)
     assert result.stage == "negative", result.trace  # ... and the whole message is dropped
-    assert result.candidates == []
+    assert result.candidates == ()
     assert any(step == "negative" and ".neg.injection" in detail for step, detail in result.trace)
 
 

@@ -55,7 +55,7 @@ def test_fillers_trailing_pronouns_and_template(tmp_path):
 
 def test_a_group_the_summary_needs_must_capture_something(tmp_path):
     result = funnel_of(tmp_path, en=EN).process("I usually")
-    assert result.stage == "unusable" and result.candidates == []
+    assert result.stage == "unusable" and result.candidates == ()
 
 
 def test_several_statements_in_one_message(tmp_path):

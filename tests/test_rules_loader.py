@@ -309,7 +309,7 @@ def test_the_match_timeout_bounds_a_catastrophic_pattern(tmp_path, caplog):
     started = time.perf_counter()
     result = funnel.process(text)
     elapsed = time.perf_counter() - started
-    assert result.stage == "no_trigger" and result.candidates == []
+    assert result.stage == "no_trigger" and result.candidates == ()
     assert elapsed < 20 * defaults.REGEX_TIMEOUT  # bounded by the timeout, not by the pattern
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings and all("timed out" in w for w in warnings)
