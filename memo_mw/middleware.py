@@ -37,8 +37,9 @@ import os
 import json
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import counters, defaults
 from .adapters import Turn, clean_id, inject, read_turn
@@ -148,6 +149,7 @@ class MemoryMiddleware:
         if isinstance(state, CachedUserState):
             self.recaller.changes = state
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
+        self._views: dict[str, _UserView] = {}
         self.clock = clock
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -259,22 +261,23 @@ class MemoryMiddleware:
         else:
             environ[ENVIRON_CAPTURE] = result.stage
         ts = turn.ts if turn.ts is not None else now
-        if result is not None and result.stage != "forget":
-            self._note_topics(user_id, now, turn.message)
-        state = self._user_state(user_id)
-        if result is not None and result.stage == "forget":
-            state = self._note_forget(user_id, forget_marker(result.forget_match, ts, now), state)
-        try:
-            memories = self.recaller.recall(user_id, turn.message, now=now, state=state,
-                                            recall_all=result.recall_all if result is not None else None)
-        except Exception:  # e.g. the database became unreadable: no memories, capture still queued
-            log.exception("memo-mw: recall failed; request passed through without memories")
-            memories = []
-        try:
-            profile = self.profiles.profile(user_id, state=state)
-        except Exception:
-            log.exception("memo-mw: could not read the user's insights; recalling without them")
-            profile = []
+        forget = result is not None and result.stage == "forget"
+        analysis = self._note_topics(user_id, now, turn.message) if result is not None and not forget else None
+        view = self._view(user_id) if not forget else None
+        copy = view.memories_ref() if type(view) is _UserView else None
+        if copy is not None:  # the usual request: the user as the last one read it
+            state = view.state
+            try:
+                memories = self.recaller.recall_copy(copy, turn.message, now=now, state=state, analysis=analysis,
+                                                     recall_all=result.recall_all if result is not None else None)
+            except Exception:
+                log.exception("memo-mw: recall failed; request passed through without memories")
+                memories = []
+            profile = list(view.profile) if view.profile else []
+        else:
+            stamp = view.stamp if type(view) is _UserView else view
+            memories, profile, state = self._read_user(user_id, turn.message, now, result, ts, forget, stamp,
+                                                       analysis)
 
         new_raw = None
         if memories or profile:
@@ -311,22 +314,68 @@ class MemoryMiddleware:
             self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=payload)
         return new_raw
 
+    def _view(self, user_id: str) -> "_UserView | tuple | None":
+        """The user's view kept from an earlier request, while nothing says the user changed; else
+        the stamp to keep a new one under (taken before anything is read), or None: no view (no
+        user-state listener, or jobs waiting in the outbox, which a read of the state joins)."""
+        changes = self.recaller.changes
+        if changes is None or getattr(self.queue, "spooled", False):  # jobs in the outbox join the state
+            return None
+        stamp = changes.stamp(user_id)
+        if stamp is None:
+            return None
+        view = self._views.get(user_id)
+        return view if view is not None and view.stamp == stamp and time.monotonic() < view.until else stamp
+
+    def _read_user(self, user_id: str, message: str, now: float, result: Any, ts: float, forget: bool,
+                   stamp: tuple | None, analysis: tuple | None) -> tuple[list, list, UserState]:
+        """The user's state, memories for the message and insights, read where they are kept (and
+        kept together as the user's view when ``stamp`` is given and all were read)."""
+        until = time.monotonic() + defaults.RECALL_VERSION_MAX_AGE
+        state = self._user_state(user_id)
+        if forget:
+            state = self._note_forget(user_id, forget_marker(result.forget_match, ts, now), state)
+        copy = None
+        try:
+            memories, copy = self.recaller.recall_and_copy(
+                user_id, message, now=now, state=state, recall_all=result.recall_all if result is not None else None,
+                analysis=analysis)
+        except Exception:  # e.g. the database became unreadable: no memories, capture still queued
+            log.exception("memo-mw: recall failed; request passed through without memories")
+            memories, stamp = [], None
+        try:
+            profile = self.profiles.profile(user_id, state=state)
+        except Exception:
+            log.exception("memo-mw: could not read the user's insights; recalling without them")
+            profile, stamp = [], None
+        if stamp is not None and copy is not None and state is not EMPTY:
+            if len(self._views) >= _VIEWS_KEPT:
+                self._views.clear()
+            # The copy by weak reference: the memory cache alone decides how long it is kept.
+            self._views[user_id] = _UserView(stamp, until, state, weakref.ref(copy), tuple(profile))
+        return memories, profile, state
+
     def _enqueue(self, func: str, args: list, *, job_id: str | None = None, pending: dict | None = None) -> None:
         try:
             self.queue.enqueue(func, args, job_id=job_id, **({"pending": pending} if pending is not None else {}))
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
 
-    def _note_topics(self, user_id: str, now: float, message: str) -> None:
+    def _note_topics(self, user_id: str, now: float, message: str) -> tuple | None:
         """Count the message's topics for the weekly insights (memo_mw.counters), tagged as recall
-        tags it (a cache hit there); no I/O here, they are sent with other counts."""
+        tags it; no I/O here, they are sent with other counts. The message's analysis (tokens,
+        topics), read once for this and recall (not cached: a new message is not read again), or
+        None if it failed."""
         try:
-            topics = self.funnel.topics.analyse(message)[1]
+            analysis = self.funnel.topics.analyse_once(message)
+            topics = analysis[1]
             # Most messages: no topic, in English (count_keys' answer then, without the calls).
             names = counters.count_keys(topics, message) if topics or not message.isascii() else ["@en"]
             self.queue.state.note_topics(self.db, user_id, counters.week_of(now), names)
         except Exception:
             log.exception("memo-mw: could not count the message's topics")
+            return None
+        return analysis
 
     def _state_call(self, method: str, *args: Any) -> None:
         try:
@@ -355,6 +404,23 @@ class MemoryMiddleware:
                                   pending=state.pending,
                                   replace=lambda user, kept: self._state_call("replace_pending", user, kept))
         return state._replace(pending=pending, forgets=[*state.forgets, forget])
+
+
+class _UserView(NamedTuple):
+    """What a request reads of one user, kept for the next ones while the user-state listener's
+    stamp for the user stays the same (no write to the user's state or memories has been announced,
+    the listener has not lost Redis) and for at most RECALL_VERSION_MAX_AGE, the age up to which
+    recall trusts the user's version unread (the state itself is trusted for longer)."""
+
+    stamp: tuple
+    until: float  # time.monotonic()
+    state: UserState
+    memories_ref: Callable[[], Any]  # the recaller's copy of the user's memories, by weak reference
+    profile: tuple
+
+
+#: Users whose view is kept; beyond it, start over (a view holds no memories, only a reference).
+_VIEWS_KEPT = 10_000
 
 
 #: What almost every client sends as its content type (anything else is parsed by _json_type).

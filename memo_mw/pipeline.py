@@ -95,6 +95,16 @@ class Recaller:
         the same memories as loading and scoring all of them, or says it cannot be sure (then
         all are loaded).
         """
+        return self.recall_and_copy(user_id, message, now=now, state=state, config=config, recall_all=recall_all)[0]
+
+    def recall_and_copy(self, user_id: str, message: str, *, now: float, state: UserState = EMPTY,
+                        config: RecallConfig | None = None, recall_all: bool | None = None,
+                        analysis: tuple[frozenset[str], frozenset[str]] | None = None
+                        ) -> tuple[list[dict[str, Any]], UserMemories | RankedMemories | None]:
+        """recall(), and the cached copy of the user's memories it scored (None when it read them
+        otherwise): the copy recall_copy() takes while the user stays unchanged (memo_mw.middleware
+        keeps it, with the user's state, for as long as the user-state listener says so).
+        ``analysis``: the message's ``funnel.topics.analyse()``, when the caller has it."""
         config = config or self.config
         if recall_all is None:  # (the funnel's result may tell: FunnelResult.recall_all)
             recall_all = self.funnel.is_recall_all(message)
@@ -103,7 +113,7 @@ class Recaller:
             cached = self._cached(lease, user_id)
             if cached is not None:
                 chosen = self._from_cache(cached, message, now=now, state=state, config=config,
-                                          recall_all=recall_all)
+                                          recall_all=recall_all, analysis=analysis)
             else:
                 chosen = None
                 store = lease.store
@@ -124,7 +134,16 @@ class Recaller:
             lease.close()  # a connection that failed is not put back
             raise
         lease.release()
-        return chosen
+        return chosen, cached
+
+    def recall_copy(self, entry: UserMemories | RankedMemories, message: str, *, now: float,
+                    state: UserState = EMPTY, recall_all: bool | None = None,
+                    analysis: tuple[frozenset[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
+        """recall() from a copy recall_and_copy() gave, for a user known not to have changed since."""
+        if recall_all is None:
+            recall_all = self.funnel.is_recall_all(message)
+        return self._from_cache(entry, message, now=now, state=state, config=self.config, recall_all=recall_all,
+                                analysis=analysis)
 
     def _cached(self, lease: "_Lease", user_id: str) -> UserMemories | RankedMemories | None:
         """The user's memories from the cache (loaded into it when missing or changed), or None
@@ -194,7 +213,8 @@ class Recaller:
         return entry
 
     def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
-                    config: RecallConfig, recall_all: bool) -> list[dict[str, Any]]:
+                    config: RecallConfig, recall_all: bool,
+                    analysis: tuple[frozenset[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
         topics = self.funnel.topics
         tag = topics.tag
         pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])} if state.pending else _NO_KEYS
@@ -210,7 +230,7 @@ class Recaller:
         else:
             # Only what shares a token or topic with the message can score (and style,
             # confirmations), and a pending statement meets only the memories on its own slot.
-            memories, max_hits = entry.candidates(*topics.analyse(message), pending_keys), entry.max_hits
+            memories, max_hits = entry.candidates(*(analysis or topics.analyse(message)), pending_keys), entry.max_hits
             if not memories and not state.pending:
                 return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,

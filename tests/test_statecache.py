@@ -162,3 +162,51 @@ def test_a_users_stamp_never_comes_back_after_the_user_was_evicted(connection):
     web.read("alice")
     assert web.stamp("alice") != before
     web.close()
+
+
+def test_a_request_reads_the_user_as_the_last_one_did_until_the_user_changes(redis_url, db, monkeypatch):
+    """The middleware keeps what a request read of a user (the state, the recaller's copy of the
+    memories, the insights) for the next requests while the listener hears nothing of the user and
+    for at most RECALL_VERSION_MAX_AGE: they read none of it again; a change by another process is
+    seen as soon as its message comes, and a copy the memory cache let go is read again."""
+    from flask import Flask, jsonify, request
+
+    from memo_mw import MemoryMiddleware, defaults
+
+    monkeypatch.setattr(defaults, "RECALL_VERSION_MAX_AGE", 3600)
+    app = Flask(__name__)
+    app.post("/chat")(lambda: jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])]))
+    middleware = app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    client = app.test_client()
+    state_reads, cache_reads = [], []
+    state, cache = middleware.queue.state, middleware.recaller.cache
+    monkeypatch.setattr(state, "read", lambda user, read=state.read: state_reads.append(user) or read(user))
+    monkeypatch.setattr(cache, "get", lambda user, version, get=cache.get: cache_reads.append(user) or get(user, version))
+
+    def ask(text, user="alice"):
+        return client.post("/chat", json={"message": text}, headers={"X-User-Id": user}).json["memories"]
+
+    assert wait_until(lambda: ask("any tea tips?") == [] and middleware.queue.backend.state.listening)
+    ask("any tea tips?")  # read while listening: kept
+    state_reads.clear(), cache_reads.clear()
+    for _ in range(3):
+        assert ask("any tea tips?") == []
+    assert state_reads == [] and cache_reads == []
+    assert ask("any tea tips?", user="bob") == [] and state_reads == ["bob"]  # each user has their own
+
+    RedisUserState(redis.Redis.from_url(redis_url), middleware.queue.backend.state.inner.namespace).put_pending(
+        "alice", payload("k1", "likes green tea"))  # another process writes alice's state
+    assert wait_until(lambda: ask("any tea tips?") == ["likes green tea"])
+    assert "alice" in state_reads
+    state_reads.clear(), cache_reads.clear()
+    assert ask("any tea tips?") == ["likes green tea"] and state_reads == []
+
+    cache.clear()  # the copy is gone (evicted): read again, not kept alive by the view
+    assert ask("any tea tips?") == ["likes green tea"] and cache_reads == ["alice"]
+
+    monkeypatch.setattr(defaults, "RECALL_VERSION_MAX_AGE", 0)  # no view outlives its request
+    state_reads.clear()
+    for _ in range(3):
+        ask("any tea tips?", user="carol")
+    assert state_reads == ["carol"] * 3
+    middleware.queue.close()
