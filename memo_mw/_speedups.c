@@ -452,16 +452,60 @@ static int quiet_role(PyObject *role, PyObject *const *present, Py_ssize_t count
     return 0;
 }
 
+/* One step of quiet()'s scan (as feed(), the needles kept apart): the state the folded character c
+ * leads to, its roles from flags, and its needles added once each to present[0:*count], with the
+ * roles of the states each was found in. 0 to go on, -1 when the caller must look closer (a stop
+ * role, or more needles than present holds), -2 on error. */
+static inline int quiet_step(unsigned char c, const unsigned char *classes, const uint16_t *table,
+                             Py_ssize_t width, PyObject *outputs, const unsigned char *flags, Py_ssize_t *state,
+                             int *seen, PyObject **present, unsigned char *present_flags, Py_ssize_t *count) {
+    unsigned char column = classes[c & 127];
+    if (column >= width || (*state = table[*state * width + column]) >= PyTuple_GET_SIZE(outputs)) {
+        PyErr_SetString(PyExc_ValueError, "quiet: a column or state outside the table");
+        return -2;
+    }
+    unsigned char f = flags[*state];
+    if (f & QUIET_STOP)
+        return -1;
+    PyObject *ends = PyTuple_GET_ITEM(outputs, *state);
+    if (ends == Py_None)
+        return 0;
+    if (!PyTuple_Check(ends)) {
+        PyErr_SetString(PyExc_ValueError, "quiet: outputs hold a tuple or None for each state");
+        return -2;
+    }
+    *seen |= f;
+    for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(ends); e++) {
+        PyObject *needle = PyTuple_GET_ITEM(ends, e);
+        Py_ssize_t i = 0;
+        while (i < *count && present[i] != needle)  /* the table's needles are one object each */
+            i++;
+        if (i == *count) {
+            if (*count == QUIET_MAX_NEEDLES)
+                return -1;
+            present[(*count)++] = needle;
+            present_flags[i] = 0;
+        }
+        present_flags[i] |= f;
+    }
+    return 0;
+}
+
 /* quiet(): 0 or 1 for a text that surely triggers nothing, -1 when the caller must look closer, -2
- * on error. spec is (roles, digit_limit, piece): roles maps a needle to (flags, after), after the
- * (alone, seconds, more) of the triggers whose first set holds it (Funnel._after) or None. */
+ * on error. spec is (roles, digit_limit, piece, flags): roles maps a needle to (flags, after), after
+ * the (alone, seconds, more) of the triggers whose first set holds it (Funnel._after) or None;
+ * flags (bytes, one per state of the table) holds the roles of the needles that end in each state,
+ * so that the roles dict is read only for the needles of states where a trigger's needle ends. */
 static int quiet_verdict(PyObject *text, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
                          PyObject *outputs, PyObject *spec) {
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3 || !PyDict_Check(PyTuple_GET_ITEM(spec, 0))) {
-        PyErr_SetString(PyExc_ValueError, "quiet: spec is (roles, digit_limit, piece)");
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4 || !PyDict_Check(PyTuple_GET_ITEM(spec, 0)) ||
+        !PyBytes_Check(PyTuple_GET_ITEM(spec, 3)) ||
+        PyBytes_GET_SIZE(PyTuple_GET_ITEM(spec, 3)) != PyTuple_GET_SIZE(outputs)) {
+        PyErr_SetString(PyExc_ValueError, "quiet: spec is (roles, digit_limit, piece, flags of each state)");
         return -2;
     }
     PyObject *roles = PyTuple_GET_ITEM(spec, 0);
+    const unsigned char *flags = (const unsigned char *)PyBytes_AS_STRING(PyTuple_GET_ITEM(spec, 3));
     Py_ssize_t digit_limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
     Py_ssize_t piece = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
     if ((digit_limit == -1 || piece == -1) && PyErr_Occurred())
@@ -476,41 +520,40 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
         if (s[i] < 0x20 || s[i] > 0x7e || (s[i] == ' ' && s[i + 1] == ' '))
             return -1;
     }
-    PyObject *found = PySet_New(NULL);
-    if (found == NULL)
-        return -2;
-    int verdict = -2, digit = 0, asks_all = 0;
-    PyObject *present[QUIET_MAX_NEEDLES];  /* borrowed from found, which outlives their use */
-    Py_ssize_t count = 0;
-    PyObject *needle, *iterator = NULL;
-    if (scan_into(s, n, classes, table, width, outputs, found) < 0)
-        goto done;
-    verdict = -1;
-    if (PySet_GET_SIZE(found) > QUIET_MAX_NEEDLES)
-        goto done;
-    if ((iterator = PyObject_GetIter(found)) == NULL)
-        goto error;
-    while (count < QUIET_MAX_NEEDLES && (needle = PyIter_Next(iterator)) != NULL) {
-        present[count++] = needle;
-        Py_DECREF(needle);  /* found holds it */
+    PyObject *present[QUIET_MAX_NEEDLES];  /* borrowed from outputs, which the caller holds */
+    unsigned char present_flags[QUIET_MAX_NEEDLES];
+    Py_ssize_t count = 0, state = 0;
+    int seen = 0, before = 0, step;
+    /* The needles of marked_lower(text), as scan_into() finds them. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        int word = is_word_char(c);
+        if (word != before && (step = quiet_step(0, classes, table, width, outputs, flags, &state, &seen, present,
+                                                 present_flags, &count)) != 0)
+            return step;
+        if ((step = quiet_step((c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c, classes, table, width,
+                               outputs, flags, &state, &seen, present, present_flags, &count)) != 0)
+            return step;
+        before = word;
     }
-    Py_DECREF(iterator);
-    if (PyErr_Occurred())
-        goto error;
-    for (Py_ssize_t i = 0; i < count; i++) {
+    if (before && (step = quiet_step(0, classes, table, width, outputs, flags, &state, &seen, present,
+                                     present_flags, &count)) != 0)
+        return step;
+    int digit = (seen & QUIET_DIGIT) != 0, asks_all = (seen & QUIET_RECALL_ALL) != 0;
+    for (Py_ssize_t i = 0; (seen & QUIET_TRIGGER) && i < count; i++) {
+        if (!(present_flags[i] & QUIET_TRIGGER))
+            continue;
         PyObject *role = PyDict_GetItemWithError(roles, present[i]);
         if (role == NULL) {
             if (PyErr_Occurred())
-                goto error;
-            continue;  /* a needle of some gate of a triggered message only */
+                return -2;
+            continue;  /* beside a trigger's needle in its state, a needle of some other gate */
         }
         Py_INCREF(role);  /* held while its parts are read */
         int checked = quiet_role(role, present, count, &digit, &asks_all);
         Py_DECREF(role);
-        if (checked != 0) {
-            verdict = checked == -2 ? -2 : -1;
-            goto done;
-        }
+        if (checked != 0)
+            return checked;
     }
     if (digit) {  /* the only mask hints are digits: masks run on digit_limit of them, or a long piece */
         Py_ssize_t digits_seen = 0, run = 0;
@@ -518,16 +561,10 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
             digits_seen += s[i] >= '0' && s[i] <= '9';
             run = s[i] == ' ' ? 0 : run + 1;
             if (digits_seen >= digit_limit || run >= piece)
-                goto done;
+                return -1;
         }
     }
-    verdict = asks_all;
-    goto done;
-error:
-    verdict = -2;
-done:
-    Py_DECREF(found);
-    return verdict;
+    return asks_all;
 }
 
 static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {

@@ -11,7 +11,9 @@ microseconds per message. The result names the stage where the message stopped, 
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import re
 import string
 from dataclasses import asdict, dataclass, field
@@ -344,7 +346,10 @@ class Funnel:
                 for needle in needles_:
                     flags[needle] = flags.get(needle, 0) | role
             roles = {n: (f, self._after[n] if f & 8 else None) for n, f in flags.items()}
-            args = (*table, (roles, DIGITS_HINT, PIECE_HINT))
+            # And each state's: the roles of the needles that end there (read as the text is scanned).
+            state_flags = bytes(functools.reduce(operator.or_, (flags.get(n, 0) for n in ends), 0) if ends else 0
+                                for ends in table[2])
+            args = (*table, (roles, DIGITS_HINT, PIECE_HINT, state_flags))
         self._quiet = args
         return args
 

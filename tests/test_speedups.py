@@ -209,7 +209,7 @@ def test_a_quiet_spec_it_cannot_read_is_a_clear_error():
     with pytest.raises(ValueError, match="table"):
         speedups.quiet("like", classes[:-1], table, outputs, spec)
     with pytest.raises(ValueError, match="spec"):
-        speedups.quiet("like", classes, table, outputs, spec[:2])
+        speedups.quiet("like", classes, table, outputs, spec[:3])
     with pytest.raises(ValueError, match="roles"):
         speedups.quiet("i like", classes, table, outputs, ({n: "x" for n in spec[0]}, *spec[1:]))
     with pytest.raises(ValueError, match="after"):
