@@ -138,6 +138,18 @@ static int add_token(const unsigned char *w, Py_ssize_t n, PyObject *stopwords, 
     return added;
 }
 
+/* a == b for the words of a text and of a phrase: 1 or 0 (-1 on error, for what is not an exact
+ * str), without the generic comparison's dispatch (most words are compared with a phrase's). */
+static int same_str(PyObject *a, PyObject *b) {
+    if (a == b)
+        return 1;
+    if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b))
+        return PyObject_RichCompareBool(a, b, Py_EQ);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    return n == PyUnicode_GET_LENGTH(b) && PyUnicode_KIND(a) == PyUnicode_KIND(b) &&
+           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * PyUnicode_KIND(a)) == 0;
+}
+
 /* The topics of the English phrases that start at each word (memo_mw.topics.TopicTagger._analyse):
  * at each place, the first (longest) phrase of the entries under its word that the words there
  * spell. 0, or -1 on error. */
@@ -166,7 +178,7 @@ static int add_phrase_topics(PyObject *words, PyObject *word_phrases, PyObject *
                 continue;
             int same = 1;  /* its first word is the key it was found under (TopicTagger._word_phrases) */
             for (Py_ssize_t k = 1; k < length && same; k++) {
-                same = PyObject_RichCompareBool(PyList_GET_ITEM(words, i + k), PyTuple_GET_ITEM(phrase, k), Py_EQ);
+                same = same_str(PyList_GET_ITEM(words, i + k), PyTuple_GET_ITEM(phrase, k));
                 if (same < 0)
                     return -1;
             }
@@ -209,7 +221,8 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
     const unsigned char *s = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     unsigned char *buf = PyMem_Malloc((size_t)n + 2);
-    PyObject *tokens = PySet_New(NULL), *words = NULL, *found = NULL, *frozen = NULL, *topics = NULL;
+    /* Frozensets filled here before anyone sees them (no copy of a set at the end). */
+    PyObject *tokens = PyFrozenSet_New(NULL), *words = NULL, *found = NULL, *topics = NULL;
     if (buf == NULL) {
         PyErr_NoMemory();
         goto fail;
@@ -219,7 +232,7 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
     int phrases = by_stem != Py_None && word_phrases != Py_None && PyDict_GET_SIZE(word_phrases) > 0;
     if (phrases && (words = PyList_New(0)) == NULL)
         goto fail;
-    if (by_stem != Py_None && (found = PySet_New(NULL)) == NULL)
+    if (by_stem != Py_None && (found = PyFrozenSet_New(NULL)) == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n;) {
         if (!is_alnum(s[i])) {
@@ -250,23 +263,18 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
         if (add_token(s + start, i - start, stopwords, tokens, by_stem, found, buf, head) < 0)
             goto fail;
     }
-    if ((frozen = PyFrozenSet_New(tokens)) == NULL)
-        goto fail;
     if (by_stem == Py_None) {
         topics = Py_NewRef(Py_None);
     } else {
         if (phrases && add_phrase_topics(words, word_phrases, found) < 0)
             goto fail;
-        topics = PySet_GET_SIZE(found) ? PyFrozenSet_New(found) : Py_NewRef(empty);
-        if (topics == NULL)
-            goto fail;
+        topics = Py_NewRef(PySet_GET_SIZE(found) ? found : empty);
     }
     PyMem_Free(buf);
-    Py_DECREF(tokens);
     Py_XDECREF(words);
     Py_XDECREF(found);
-    PyObject *out = PyTuple_Pack(2, frozen, topics);
-    Py_DECREF(frozen);
+    PyObject *out = PyTuple_Pack(2, tokens, topics);
+    Py_DECREF(tokens);
     Py_DECREF(topics);
     return out;
 fail:
@@ -274,7 +282,6 @@ fail:
     Py_XDECREF(tokens);
     Py_XDECREF(words);
     Py_XDECREF(found);
-    Py_XDECREF(frozen);
     Py_XDECREF(topics);
     return NULL;
 }
