@@ -150,6 +150,7 @@ class MemoryMiddleware:
             self.recaller.changes = state
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}
+        self._week: tuple[float, str] = (-1.0, "")  # (UTC day, its ISO week): see _week_of
         self.clock = clock
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -171,7 +172,8 @@ class MemoryMiddleware:
             return None
         if "HTTP_TRANSFER_ENCODING" in environ and "chunked" in environ["HTTP_TRANSFER_ENCODING"].lower():
             return None  # the length, if any, is not the body's
-        if environ.get("HTTP_CONTENT_ENCODING", "identity").strip().lower() not in ("", "identity"):
+        encoding = environ.get("HTTP_CONTENT_ENCODING")  # (most requests: none)
+        if encoding is not None and encoding.strip().lower() not in ("", "identity"):
             return None  # compressed: not readable as JSON here
         try:
             length = int(environ.get("CONTENT_LENGTH") or "")
@@ -371,11 +373,19 @@ class MemoryMiddleware:
             topics = analysis[1]
             # Most messages: no topic, in English (count_keys' answer then, without the calls).
             names = counters.count_keys(topics, message) if topics or not message.isascii() else ["@en"]
-            self.queue.state.note_topics(self.db, user_id, counters.week_of(now), names)
+            day = now // 86400
+            week = self._week[1] if self._week[0] == day else self._week_of(day, now)
+            self.queue.state.note_topics(self.db, user_id, week, names)
         except Exception:
             log.exception("memo-mw: could not count the message's topics")
             return None
         return analysis
+
+    def _week_of(self, day: float, now: float) -> str:
+        """counters.week_of(now), kept for the rest of the UTC day (asked by every request)."""
+        week = counters.week_of(now)
+        self._week = (day, week)
+        return week
 
     def _state_call(self, method: str, *args: Any) -> None:
         try:

@@ -112,7 +112,7 @@ class Recaller:
         try:
             cached = self._cached(lease, user_id)
             if cached is not None:
-                chosen = self._from_cache(cached, message, now=now, state=state, config=config,
+                chosen = self.recall_copy(cached, message, now=now, state=state, config=config,
                                           recall_all=recall_all, analysis=analysis)
             else:
                 chosen = None
@@ -135,15 +135,6 @@ class Recaller:
             raise
         lease.release()
         return chosen, cached
-
-    def recall_copy(self, entry: UserMemories | RankedMemories, message: str, *, now: float,
-                    state: UserState = EMPTY, recall_all: bool | None = None,
-                    analysis: tuple[frozenset[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
-        """recall() from a copy recall_and_copy() gave, for a user known not to have changed since."""
-        if recall_all is None:
-            recall_all = self.funnel.is_recall_all(message)
-        return self._from_cache(entry, message, now=now, state=state, config=self.config, recall_all=recall_all,
-                                analysis=analysis)
 
     def _cached(self, lease: "_Lease", user_id: str) -> UserMemories | RankedMemories | None:
         """The user's memories from the cache (loaded into it when missing or changed), or None
@@ -212,15 +203,18 @@ class Recaller:
         self.cache.put(user_id, entry)
         return entry
 
-    def _from_cache(self, entry: UserMemories | RankedMemories, message: str, *, now: float, state: UserState,
-                    config: RecallConfig, recall_all: bool,
+    def recall_copy(self, entry: UserMemories | RankedMemories, message: str, *, now: float,
+                    state: UserState = EMPTY, config: RecallConfig | None = None, recall_all: bool | None = None,
                     analysis: tuple[frozenset[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
-        topics = self.funnel.topics
-        tag = topics.tag
+        """recall() from a copy recall_and_copy() gave, for a user known not to have changed since."""
+        if config is None:
+            config = self.config
+        if recall_all is None:
+            recall_all = self.funnel.is_recall_all(message)
         pending_keys = {c["key"] for p in state.pending for c in p.get("candidates", [])} if state.pending else _NO_KEYS
         if isinstance(entry, RankedMemories):
             self.stats["ranked"] += 1
-            return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=tag,
+            return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=self.funnel.topics.tag,
                                 visible=lambda memories: visible(memories, state), pending_keys=pending_keys,
                                 candidates=self.cache_candidates, stats=self.stats)
         if recall_all or state.forgets or state.shown or (pending_keys and entry.hottest_on(pending_keys)):
@@ -230,11 +224,12 @@ class Recaller:
         else:
             # Only what shares a token or topic with the message can score (and style,
             # confirmations), and a pending statement meets only the memories on its own slot.
-            memories, max_hits = entry.candidates(*(analysis or topics.analyse(message)), pending_keys), entry.max_hits
+            memories, max_hits = entry.candidates(*(analysis or self.funnel.topics.analyse(message)),
+                                                  pending_keys), entry.max_hits
             if not memories and not state.pending:
                 return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
-                     topics=tag, max_hits=max_hits, features=entry.features)
+                     topics=self.funnel.topics.tag, max_hits=max_hits, features=entry.features)
 
 
 _NO_KEYS: frozenset[str] = frozenset()

@@ -62,11 +62,9 @@ class TopicTagger:
         #: ``analyse(text)``: the text's tokens (memo_mw.text.tokens) and topics, found together
         #: (a message is read once for both: its counts and recall each ask).
         self.analyse = functools.lru_cache(maxsize=4096)(self._analyse)
-
-    def analyse_once(self, text: str) -> tuple[frozenset[str], frozenset[str]]:
-        """``analyse(text)``, not cached: for a text read once (a new message, whose analysis the
-        caller passes on), which would only push out of the cache the texts read again."""
-        return self._analyse(text)
+        #: ``analyse(text)``, not cached: for a text read once (a new message, whose analysis the
+        #: caller passes on), which would only push out of the cache the texts read again.
+        self.analyse_once = self._analyse
 
     def lexicon(self) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
         """The lexicons as this tagger reads them: each English word's stem with its topics, and
