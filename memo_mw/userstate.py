@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from . import counters, defaults
 from .text import apostrophe_tokens, tokens
@@ -41,10 +43,17 @@ COUNT_TOPICS = "memo_mw.jobs.count_topics"
 MATCH_SHARE = 0.6
 
 
-class UserState(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class UserState:
+    """A user's short-lived state. A slots class, not a NamedTuple: the request path reads its
+    fields, and the interpreter specialises a slot's read, not a named tuple's."""
+
     pending: list[dict[str, Any]]
     forgets: list[dict[str, Any]]  # forget_marker(): {"tokens": hashes or None (everything), "ts"[, "at"]}
     shown: set[int]
+
+    def _replace(self, **changes: Any) -> "UserState":
+        return dataclasses.replace(self, **changes)
 
 
 EMPTY = UserState([], [], set())
