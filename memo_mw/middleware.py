@@ -372,7 +372,7 @@ class MemoryMiddleware:
             analysis = self.funnel.topics.analyse_once(message)
             topics = analysis[1]
             # Most messages: no topic, in English (count_keys' answer then, without the calls).
-            names = counters.count_keys(topics, message) if topics or not message.isascii() else ["@en"]
+            names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
             day = now // 86400
             week = self._week[1] if self._week[0] == day else self._week_of(day, now)
             self.queue.state.note_topics(self.db, user_id, week, names)
@@ -430,6 +430,9 @@ class _UserView:
     memories_ref: Callable[[], Any]  # the recaller's copy of the user's memories, by weak reference
     profile: tuple
 
+
+#: The counts of a message with no topic in English (count_keys' answer), one tuple for all.
+_EN_ONLY = ("@en",)
 
 #: Users whose view is kept; beyond it, start over (a view holds no memories, only a reference).
 _VIEWS_KEPT = 10_000

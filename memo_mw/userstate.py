@@ -29,7 +29,7 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -219,7 +219,7 @@ class RedisUserState:
                     counters.redis_increments(pipe, self.namespace, user_id, counts)
                 pipe.execute()
 
-    def note_topics(self, db: str, user_id: str, week: str, names: list[str]) -> None:
+    def note_topics(self, db: str, user_id: str, week: str, names: Sequence[str]) -> None:
         """Count a message's topics (memo_mw.counters.count_keys) in ``week``: no I/O here, the
         increments go with the next :meth:`read` of the user's state, in its round trip, or with
         the next :meth:`flush_noted`."""
@@ -340,7 +340,7 @@ class LocalUserState:
         #: off the request). None: they are not kept.
         self._enqueue = enqueue
 
-    def note_topics(self, db: str, user_id: str, week: str, names: list[str]) -> None:
+    def note_topics(self, db: str, user_id: str, week: str, names: Sequence[str]) -> None:
         if self._enqueue is not None:
             self._enqueue(COUNT_TOPICS, [db, user_id, week, names])
 
