@@ -523,17 +523,20 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
      * beside another (anything else: the caller cleans it). s[n] is the str's terminating NUL. */
     if (n == 0 || s[0] == ' ' || s[n - 1] == ' ')
         return -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0x20 || s[i] > 0x7e || (s[i] == ' ' && s[i + 1] == ' '))
-            return -1;
-    }
     PyObject *present[QUIET_MAX_NEEDLES];  /* borrowed from outputs, which the caller holds */
     unsigned char present_flags[QUIET_MAX_NEEDLES];
-    Py_ssize_t count = 0, state = 0;
+    Py_ssize_t count = 0, state = 0, digits_seen = 0, run = 0, longest = 0;
     int seen = 0, before = 0, step;
-    /* The needles of marked_lower(text), as scan_into() finds them. */
+    /* The needles of marked_lower(text), as scan_into() finds them; on the way, the digits and
+     * the longest piece without a space (for the masks' hints below). */
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned char c = s[i];
+        if (c < 0x20 || c > 0x7e || (c == ' ' && s[i + 1] == ' '))
+            return -1;
+        digits_seen += c >= '0' && c <= '9';
+        run = c == ' ' ? 0 : run + 1;
+        if (run > longest)
+            longest = run;
         int word = is_word_char(c);
         if (word != before && (step = quiet_step(0, classes, table, width, outputs, flags, &state, &seen, present,
                                                  present_flags, &count)) != 0)
@@ -562,15 +565,9 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
         if (checked != 0)
             return checked;
     }
-    if (digit) {  /* the only mask hints are digits: masks run on digit_limit of them, or a long piece */
-        Py_ssize_t digits_seen = 0, run = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            digits_seen += s[i] >= '0' && s[i] <= '9';
-            run = s[i] == ' ' ? 0 : run + 1;
-            if (digits_seen >= digit_limit || run >= piece)
-                return -1;
-        }
-    }
+    /* The only mask hints are digits: masks run on digit_limit of them, or a long piece. */
+    if (digit && (digits_seen >= digit_limit || longest >= piece))
+        return -1;
     return asks_all;
 }
 
