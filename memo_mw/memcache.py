@@ -289,14 +289,20 @@ class RankedMemories:
                tag: Callable[[str], frozenset[str]] | None,
                visible: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], pending_keys: set[str],
                candidates: int = defaults.RECALL_CACHE_CANDIDATES,
-               stats: collections.Counter | None = None) -> list[dict[str, Any]]:
+               stats: collections.Counter | None = None,
+               analysis: tuple[frozenset[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
         """What :func:`memo_mw.recall.score` picks from every memory ``visible`` lets through.
 
         ``stats`` counts the requests that needed more candidates (``ranked_retry``) or every
-        memory that could score (``ranked_full``).
+        memory that could score (``ranked_full``). ``analysis``: the message's tokens and topics
+        (memo_mw.topics.TopicTagger.analyse), when the caller has them.
         """
-        query_tokens = tokens(message)
-        query_topics = tag(message) if tag is not None else frozenset()
+        if analysis is not None:
+            query_tokens, query_topics = analysis[0], analysis[1] if tag is not None else frozenset()
+        else:
+            query_tokens = tokens(message)
+            query_topics = tag(message) if tag is not None else frozenset()
+        analysis = (query_tokens, query_topics)  # for the scoring below
         ranking = self.ranking(config, now)
         static = ranking.static
         # A request before the ranking's time: recency may be higher than ranked, by at most this.
@@ -348,7 +354,7 @@ class RankedMemories:
                 picked.update(ranking.order[:size])
                 if len(ranking.order) > size:
                     bounds.append(static[ranking.order[size]])
-            chosen, most = self._score(picked, message, now, config, recall_all, tag, visible, hottest_ids)
+            chosen, most = self._score(picked, message, now, config, recall_all, tag, visible, hottest_ids, analysis)
             if most is None:
                 break  # the hottest memories are all hidden: the normalisation needs every memory
             if not bounds:  # nothing that could score was left out
@@ -372,15 +378,16 @@ class RankedMemories:
             picked.update(ids)
             for memories in topic_lists:
                 picked.update(memories)
-            chosen, most = self._score(picked, message, now, config, recall_all, tag, visible, hottest_ids)
+            chosen, most = self._score(picked, message, now, config, recall_all, tag, visible, hottest_ids, analysis)
             if most is not None:
                 return chosen
         return score(visible([row_to_memory(r) for r in self.rows]), message, now=now, config=config,
-                     recall_all=recall_all, topics=tag)
+                     recall_all=recall_all, topics=tag, analysis=analysis)
 
     def _score(self, picked: set[int], message: str, now: float, config: RecallConfig, recall_all: bool,
                tag: Callable[[str], frozenset[str]] | None,
-               visible: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], hottest_ids: set[int]
+               visible: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], hottest_ids: set[int],
+               analysis: tuple[frozenset[str], frozenset[str]] | None = None
                ) -> tuple[list[dict[str, Any]], int | None]:
         """The picks among these memories, and the most hits among the visible ones (None when
         none of the hottest is visible: then that is not the most among all)."""
@@ -390,7 +397,7 @@ class RankedMemories:
             return [], None
         most = max((int(m.get("hits") or 0) for m in memories), default=0)
         return score(memories, message, now=now, config=config, recall_all=recall_all, topics=tag,
-                     max_hits=most), most
+                     max_hits=most, analysis=analysis), most
 
 
 Entry = UserMemories | RankedMemories

@@ -150,7 +150,7 @@ class MemoryMiddleware:
             self.recaller.changes = state
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}
-        self._week: tuple[float, str] = (-1.0, "")  # (UTC day, its ISO week): see _week_of
+        self._week: tuple[float | None, str] = (None, "")  # (UTC day, its ISO week): see _week_of
         self.clock = clock
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -327,7 +327,12 @@ class MemoryMiddleware:
         if stamp is None:
             return None
         view = self._views.get(user_id)
-        return view if view is not None and view.stamp == stamp and time.monotonic() < view.until else stamp
+        if view is None:
+            return stamp
+        if view.stamp == stamp and time.monotonic() < view.until:
+            return view
+        self._views.pop(user_id, None)  # outdated: what it holds (a pending text, say) is not kept
+        return stamp
 
     def _read_user(self, user_id: str, message: str, now: float, result: Any, ts: float, forget: bool,
                    stamp: tuple | None, analysis: tuple | None) -> tuple[list, list, UserState]:
@@ -350,7 +355,14 @@ class MemoryMiddleware:
         except Exception:
             log.exception("memo-mw: could not read the user's insights; recalling without them")
             profile, stamp = [], None
-        if stamp is not None and copy is not None and state is not EMPTY:
+        if forget:
+            self._views.pop(user_id, None)  # nothing of what the request names stays in this process
+        elif stamp is not None and copy is not None and self.recaller.changes.cached(user_id) is state:
+            # Only the state the listener vouches for (not one the outbox or a failed read made up),
+            # and not past the time recall would read the user's version again.
+            read_at = self.recaller.version_read_at(user_id, stamp)
+            if read_at is not None:
+                until = min(until, read_at + defaults.RECALL_VERSION_MAX_AGE)
             if len(self._views) >= _VIEWS_KEPT:
                 self._views.clear()
             # The copy by weak reference: the memory cache alone decides how long it is kept.
@@ -373,18 +385,19 @@ class MemoryMiddleware:
             topics = analysis[1]
             # Most messages: no topic, in English (count_keys' answer then, without the calls).
             names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
-            day = now // 86400
-            week = self._week[1] if self._week[0] == day else self._week_of(day, now)
+            day, week = self._week
+            if day != now // 86400:
+                week = self._week_of(now)
             self.queue.state.note_topics(self.db, user_id, week, names)
         except Exception:
             log.exception("memo-mw: could not count the message's topics")
             return None
         return analysis
 
-    def _week_of(self, day: float, now: float) -> str:
+    def _week_of(self, now: float) -> str:
         """counters.week_of(now), kept for the rest of the UTC day (asked by every request)."""
         week = counters.week_of(now)
-        self._week = (day, week)
+        self._week = (now // 86400, week)  # one tuple: a request reads both from the same day
         return week
 
     def _state_call(self, method: str, *args: Any) -> None:

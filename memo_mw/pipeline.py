@@ -174,6 +174,12 @@ class Recaller:
             self.cache.put(user_id, entry)
         return entry
 
+    def version_read_at(self, user_id: str, stamp: Any) -> float | None:
+        """When (time.monotonic()) the user's version that recall trusts under ``stamp`` was read,
+        or None when none is kept under that stamp."""
+        known = self._known.get(user_id)
+        return known[1] if known is not None and known[0] == stamp else None
+
     def _known_versions(self, lease: "_Lease", user_id: str) -> tuple[int | None, int]:
         """The user's version and touched: from SQLite, or as last read while nothing said the
         user changed (``changes``, the user-state listener) and for at most VERSION_MAX_AGE."""
@@ -216,7 +222,7 @@ class Recaller:
             self.stats["ranked"] += 1
             return entry.recall(message, now=now, config=config, recall_all=recall_all, tag=self.funnel.topics.tag,
                                 visible=lambda memories: visible(memories, state), pending_keys=pending_keys,
-                                candidates=self.cache_candidates, stats=self.stats)
+                                candidates=self.cache_candidates, stats=self.stats, analysis=analysis)
         if recall_all or state.forgets or state.shown or (pending_keys and entry.hottest_on(pending_keys)):
             # Everything may show, or what is hidden changes the hottest memory (hotness is
             # normalised by the hottest visible one).
@@ -229,7 +235,7 @@ class Recaller:
             if not memories and not state.pending:
                 return []  # the usual case: nothing the message could recall
         return score(visible(memories, state), message, now=now, config=config, recall_all=recall_all,
-                     topics=self.funnel.topics.tag, max_hits=max_hits, features=entry.features)
+                     topics=self.funnel.topics.tag, max_hits=max_hits, features=entry.features, analysis=analysis)
 
 
 _NO_KEYS: frozenset[str] = frozenset()

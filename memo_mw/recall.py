@@ -85,7 +85,8 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
           config: RecallConfig = RecallConfig(), recall_all: bool = False,
           topics: Callable[[str], frozenset[str]] | None = None,
           max_hits: int | None = None,
-          features: dict[int, tuple] | None = None
+          features: dict[int, tuple] | None = None,
+          analysis: tuple[frozenset[str], frozenset[str]] | None = None
           ) -> list[dict[str, Any]]:
     """The memories to inject for ``query``, best first, each with its ``score``.
 
@@ -96,13 +97,18 @@ def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None =
     ``features``: by ``id()`` of a memory dict, what is computed here from it otherwise: its tokens,
     their weight, its topics, the length of its line and its :func:`static_features`
     (memo_mw.memcache keeps them with the memories it keeps).
+    ``analysis``: the query's tokens and topics (memo_mw.topics.TopicTagger.analyse), when the
+    caller has them (``topics`` is then not asked for the query's).
     """
     now = time.time() if now is None else now
     memories = list(memories)
     if not memories:
         return []
-    query_tokens = tokens(query)
-    query_topics = topics(query) if topics is not None else frozenset()
+    if analysis is not None:
+        query_tokens, query_topics = analysis[0], analysis[1] if topics is not None else frozenset()
+    else:
+        query_tokens = tokens(query)
+        query_topics = topics(query) if topics is not None else frozenset()
     # Normalised by the hottest candidate, but never by fewer than HOTNESS_FULL hits: one
     # restatement must not make a memory "hottest" and outrank a more relevant one.
     if max_hits is None:

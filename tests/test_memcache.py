@@ -174,3 +174,31 @@ def test_a_malformed_memory_fails_only_the_requests_it_would_score_in(db, funnel
         score(kept.memories, "weekend plans?", **args) != []
     with pytest.raises(ValueError):
         score(kept.memories, "any tea tips?", features=kept.features, **args)
+
+
+def test_a_request_reads_its_message_once_for_counts_and_recall(db, monkeypatch):
+    """The middleware analyses the message once (its tokens and topics) for the topic counts and
+    recall, scoring included: a message that recalls something is not read a second time."""
+    import types
+
+    from flask import Flask, jsonify, request
+
+    from memo_mw import MemoryMiddleware, text
+
+    app = Flask(__name__)
+    app.post("/chat")(lambda: jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])]))
+    middleware = app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db)
+    say(db, middleware.funnel, "alice", "I like green tea", NOW)
+    client = app.test_client()
+    if text._speedups is None:
+        pytest.skip("counts the C analysis's calls")
+    read = []
+    inner = text._speedups
+    counting = types.SimpleNamespace(**{name: getattr(inner, name) for name in dir(inner) if not name.startswith("__")})
+    counting.ascii_analysis = lambda folded, *args: read.append(folded) or inner.ascii_analysis(folded, *args)
+    monkeypatch.setattr(text, "_speedups", counting)
+    for question in ("any green tea tips?", "which tea goes with green tea?"):
+        memories = client.post("/chat", json={"message": question}, headers={"X-User-Id": "alice"}).json["memories"]
+        assert memories == ["likes green tea"]
+        assert read.count(question.lower()) == 1, read
+    middleware.queue.close()

@@ -210,3 +210,43 @@ def test_a_request_reads_the_user_as_the_last_one_did_until_the_user_changes(red
         ask("any tea tips?", user="carol")
     assert state_reads == ["carol"] * 3
     middleware.queue.close()
+
+
+def test_a_users_view_holds_only_what_the_listener_vouches_for(redis_url, db, monkeypatch):
+    """A state made up while Redis did not answer (stored memories only) is not kept as the user's
+    view, nor trusted past the time recall reads the user's version again; a forget request drops
+    the view at once (nothing it names stays in the process)."""
+    from flask import Flask, jsonify, request
+
+    from memo_mw import MemoryMiddleware, defaults
+
+    monkeypatch.setattr(defaults, "RECALL_VERSION_MAX_AGE", 3600)
+    app = Flask(__name__)
+    app.post("/chat")(lambda: jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])]))
+    middleware = app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    client = app.test_client()
+    cached = middleware.queue.backend.state
+
+    def ask(text, user="alice"):
+        return client.post("/chat", json={"message": text}, headers={"X-User-Id": user}).json["memories"]
+
+    assert wait_until(lambda: ask("any tea tips?") == [] and cached.listening)
+    RedisUserState(redis.Redis.from_url(redis_url), cached.inner.namespace).put_pending(
+        "alice", payload("k1", "likes green tea"))
+    assert wait_until(lambda: ask("any tea tips?") == ["likes green tea"])
+    view = middleware._views["alice"]
+    assert view.until <= middleware.recaller.version_read_at("alice", view.stamp) + defaults.RECALL_VERSION_MAX_AGE
+
+    def unreachable(user_id):
+        raise redis.ConnectionError("no answer")
+
+    with monkeypatch.context() as outage:
+        outage.setattr(cached.inner, "read", unreachable)
+        cached.invalidate("alice")  # the next read asks Redis, which does not answer
+        assert ask("any tea tips?") == []  # stored memories only, while Redis does not answer
+    middleware.queue.breaker.success()
+    assert ask("any tea tips?") == ["likes green tea"]  # read again: the outage's state was not kept
+
+    ask("forget that I like green tea")
+    assert "alice" not in middleware._views
+    middleware.queue.close()
