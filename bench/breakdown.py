@@ -32,9 +32,10 @@ STEPS = [
     ("user id", "", "_user"),
     ("funnel", "funnel", "process"),
     ("topic count", "", "_note_topics"),
-    ("user state", "", "_user_state"),
-    ("recall", "recaller", "recall"),
-    ("insights", "profiles", "profile"),
+    ("user's view", "", "_view"),
+    ("recall from the view", "recaller", "recall_copy"),
+    # Without a view (the first request, or the user changed): the state, recall and insights read.
+    ("user read, no view", "", "_read_user"),
 ]
 
 
