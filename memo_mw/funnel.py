@@ -346,8 +346,9 @@ class Funnel:
                 for needle in needles_:
                     flags[needle] = flags.get(needle, 0) | role
             roles = {n: (f, self._after[n] if f & 8 else None) for n, f in flags.items()}
-            # And each state's: the roles of the needles that end there (read as the text is scanned).
-            state_flags = bytes(functools.reduce(operator.or_, (flags.get(n, 0) for n in ends), 0) if ends else 0
+            # And each state's: the roles of the needles that end there (read as the text is scanned),
+            # and 16 where any needle ends.
+            state_flags = bytes(functools.reduce(operator.or_, (flags.get(n, 0) for n in ends), 16) if ends else 0
                                 for ends in table[2])
             args = (*table, (roles, DIGITS_HINT, PIECE_HINT, state_flags))
         self._quiet = args
