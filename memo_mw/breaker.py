@@ -23,10 +23,9 @@ class CircuitBreaker:
         self._failures = 0
         self._retry_at = 0.0  # while open: when the next trial may go
         self._lock = threading.Lock()
-
-    @property
-    def closed(self) -> bool:
-        return self._failures < self.threshold
+        #: Whether calls go through (fewer than ``threshold`` consecutive failures). An attribute
+        #: kept by success() and failure(), not a property: every request reads it.
+        self.closed = True
 
     def allow(self) -> bool:
         """True when the caller should try the dependency now."""
@@ -45,9 +44,11 @@ class CircuitBreaker:
         if self._failures:
             with self._lock:
                 self._failures = 0
+                self.closed = True
 
     def failure(self) -> None:
         with self._lock:
             self._failures += 1
+            self.closed = self._failures < self.threshold
             if self._failures >= self.threshold:
                 self._retry_at = self.clock() + self.cooldown
