@@ -315,23 +315,39 @@ static PyObject *marked_lower(PyObject *module, PyObject *text) {
     return out;
 }
 
-/* One step of a needle_table automaton on the (folded) character c: the needles that end in the
- * state it reaches go into found. 0, or -1 on error. */
+/* One step of a needle_table automaton on the (folded) character c: *state becomes the state it
+ * reaches. 0, or -1 with an error naming function for a column or state outside the table. */
+static inline int advance(unsigned char c, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
+                          Py_ssize_t states, Py_ssize_t *state, const char *function) {
+    unsigned char column = classes[c & 127];
+    if (column >= width || (*state = table[*state * width + column]) >= states) {
+        PyErr_Format(PyExc_ValueError, "%s: a column or state outside the table", function);
+        return -1;
+    }
+    return 0;
+}
+
+/* The needles that end in state: *ends, a tuple borrowed from outputs, or NULL for none. 0, or -1
+ * with an error naming function for an entry that is neither. */
+static inline int ends_at(PyObject *outputs, Py_ssize_t state, PyObject **ends, const char *function) {
+    PyObject *found = PyTuple_GET_ITEM(outputs, state);
+    if (found != Py_None && !PyTuple_Check(found)) {
+        PyErr_Format(PyExc_ValueError, "%s: outputs hold a tuple or None for each state", function);
+        return -1;
+    }
+    *ends = found == Py_None ? NULL : found;
+    return 0;
+}
+
+/* One step of scan_marked(): the needles that end in the state c leads to go into found. 0, or -1
+ * on error. */
 static inline int feed(unsigned char c, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
                        PyObject *outputs, Py_ssize_t *state, PyObject *found) {
-    unsigned char column = classes[c & 127];
-    if (column >= width || (*state = table[*state * width + column]) >= PyTuple_GET_SIZE(outputs)) {
-        PyErr_SetString(PyExc_ValueError, "scan_marked: a column or state outside the table");
+    PyObject *ends;
+    if (advance(c, classes, table, width, PyTuple_GET_SIZE(outputs), state, "scan_marked") < 0 ||
+        ends_at(outputs, *state, &ends, "scan_marked") < 0)
         return -1;
-    }
-    PyObject *ends = PyTuple_GET_ITEM(outputs, *state);
-    if (ends == Py_None)
-        return 0;
-    if (!PyTuple_Check(ends)) {
-        PyErr_SetString(PyExc_ValueError, "scan_marked: outputs hold a tuple or None for each state");
-        return -1;
-    }
-    return set_update(found, ends);
+    return ends == NULL ? 0 : set_update(found, ends);
 }
 
 /* The table arguments of scan_marked() and quiet(), checked: 0, or -1 with an error set. */
@@ -466,23 +482,18 @@ static int quiet_role(PyObject *role, PyObject *const *present, Py_ssize_t count
 static inline int quiet_step(unsigned char c, const unsigned char *classes, const uint16_t *table,
                              Py_ssize_t width, PyObject *outputs, const unsigned char *flags, Py_ssize_t *state,
                              int *seen, PyObject **present, unsigned char *present_flags, Py_ssize_t *count) {
-    unsigned char column = classes[c & 127];
-    if (column >= width || (*state = table[*state * width + column]) >= PyTuple_GET_SIZE(outputs)) {
-        PyErr_SetString(PyExc_ValueError, "quiet: a column or state outside the table");
+    PyObject *ends;
+    if (advance(c, classes, table, width, PyTuple_GET_SIZE(outputs), state, "quiet") < 0)
         return -2;
-    }
     unsigned char f = flags[*state];
     if (f & QUIET_STOP)
         return -1;
     if (!(f & QUIET_ENDS))
         return 0;  /* no needle ends here: outputs is not read (one cache line fewer a step) */
-    PyObject *ends = PyTuple_GET_ITEM(outputs, *state);
-    if (ends == Py_None)
-        return 0;
-    if (!PyTuple_Check(ends)) {
-        PyErr_SetString(PyExc_ValueError, "quiet: outputs hold a tuple or None for each state");
+    if (ends_at(outputs, *state, &ends, "quiet") < 0)
         return -2;
-    }
+    if (ends == NULL)
+        return 0;
     *seen |= f;
     for (Py_ssize_t e = 0; e < PyTuple_GET_SIZE(ends); e++) {
         PyObject *needle = PyTuple_GET_ITEM(ends, e);
