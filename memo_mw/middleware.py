@@ -265,8 +265,8 @@ class MemoryMiddleware:
         ts = turn.ts if turn.ts is not None else now
         forget = result is not None and result.stage == "forget"
         analysis = self._note_topics(user_id, now, turn.message) if result is not None and not forget else None
-        view = self._view(user_id) if not forget else None
-        copy = view.memories_ref() if type(view) is _UserView else None
+        view, stamp = self._view(user_id) if not forget else (None, None)
+        copy = view.memories_ref() if view is not None else None
         if copy is not None:  # the usual request: the user as the last one read it
             state = view.state
             try:
@@ -277,7 +277,6 @@ class MemoryMiddleware:
                 memories = []
             profile = list(view.profile) if view.profile else []
         else:
-            stamp = view.stamp if type(view) is _UserView else view
             memories, profile, state = self._read_user(user_id, turn.message, now, result, ts, forget, stamp,
                                                        analysis)
 
@@ -316,23 +315,20 @@ class MemoryMiddleware:
             self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=payload)
         return new_raw
 
-    def _view(self, user_id: str) -> "_UserView | tuple | None":
-        """The user's view kept from an earlier request, while nothing says the user changed; else
-        the stamp to keep a new one under (taken before anything is read), or None: no view (no
-        user-state listener, or jobs waiting in the outbox, which a read of the state joins)."""
+    def _view(self, user_id: str) -> "tuple[_UserView | None, tuple | None]":
+        """The user's view kept from an earlier request, while nothing says the user changed (or
+        None), and the user's stamp, taken before anything is read, to keep a new one under (None:
+        no view now: no user-state listener, or jobs waiting in the outbox, which a read of the
+        state joins)."""
         changes = self.recaller.changes
         if changes is None or getattr(self.queue, "spooled", False):  # jobs in the outbox join the state
-            return None
+            return None, None
         stamp = changes.stamp(user_id)
-        if stamp is None:
-            return None
-        view = self._views.get(user_id)
-        if view is None:
-            return stamp
-        if view.stamp == stamp and time.monotonic() < view.until:
-            return view
+        view = self._views.get(user_id) if stamp is not None else None
+        if view is None or (view.stamp == stamp and time.monotonic() < view.until):
+            return view, stamp
         self._views.pop(user_id, None)  # outdated: what it holds (a pending text, say) is not kept
-        return stamp
+        return None, stamp
 
     def _read_user(self, user_id: str, message: str, now: float, result: Any, ts: float, forget: bool,
                    stamp: tuple | None, analysis: tuple | None) -> tuple[list, list, UserState]:
