@@ -39,7 +39,7 @@ def timed_app():
     import gc
 
     from bench.app import app
-    from bench.breakdown import STEPS, timed
+    from bench.breakdown import MODULE_STEPS, STEPS, timed
     from memo_mw import middleware as middleware_module
 
     clock = time.thread_time
@@ -62,8 +62,9 @@ def timed_app():
         if os.environ.get(STEPS_ON):
             for label, path, name in STEPS:
                 timed(getattr(middleware, path) if path else middleware, name, spent, label, clock)
-            timed(middleware_module, "_decode", spent, "JSON", clock)
-            timed(middleware_module, "read_turn", spent, "turn", clock)
+            for label, name in MODULE_STEPS:
+                if getattr(middleware_module, name) is not None:
+                    timed(middleware_module, name, spent, label, clock)
     timed(app, "wsgi_app", spent, "wrapped", clock)
     out = os.environ[OUT]
 

@@ -15,6 +15,16 @@
  *       for an ASCII message, memo_mw.funnel.Funnel's verdict on the usual case in one call: 0 or
  *       1 when the message surely triggers nothing and asks to forget nothing (1: it may be a
  *       recall-everything question), -1 when the funnel must look closer (Funnel._quiet_args).
+ *   read_request(environ, content_types, max_body, user_key, scan, usual) -> False, None, bytes or tuple
+ *       memo_mw.middleware.MemoryMiddleware's read of a request, for the usual one: False when Python
+ *       must read it (before anything is read: an unusual content type, encoding or length), None when
+ *       the body is not the middleware's to read (an empty one or one above max_body), else the body
+ *       read from wsgi.input (read's own errors raised), and for the usual request its parts:
+ *       (body bytes, the JSON object, its "message", the user id from the header user_key (None:
+ *       no header id wanted), the funnel's result for the message (usual[8][quiet verdict], None
+ *       when it must look closer), the message's ascii_analysis). usual is Funnel.usual_args():
+ *       quiet()'s four arguments, ascii_analysis()'s last four, the results of the two quiet
+ *       verdicts; None or (): only the body is read. Whatever fails after the read gives the body.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -205,21 +215,10 @@ static int check_ascii(PyObject *text, const char *function) {
     return 0;
 }
 
-static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty)");
-        return NULL;
-    }
-    PyObject *text = args[0], *stopwords = args[1], *by_stem = args[2], *word_phrases = args[3], *empty = args[4];
-    if (check_ascii(text, "ascii_analysis") < 0)
-        return NULL;
-    if (!PyAnySet_Check(stopwords) || (by_stem != Py_None && !PyDict_Check(by_stem)) ||
-        (word_phrases != Py_None && !PyDict_Check(word_phrases))) {
-        PyErr_SetString(PyExc_TypeError, "ascii_analysis: a set of stopwords and dicts (or None) expected");
-        return NULL;
-    }
-    const unsigned char *s = PyUnicode_1BYTE_DATA(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+/* ascii_analysis() of the case-folded ASCII text s[0:n] (its arguments but the text, checked by the
+ * caller). A new (tokens, topics) tuple, or NULL with an error set. */
+static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, PyObject *stopwords, PyObject *by_stem,
+                             PyObject *word_phrases, PyObject *empty) {
     unsigned char *buf = PyMem_Malloc((size_t)n + 2);
     /* Frozensets filled here before anyone sees them (no copy of a set at the end). */
     PyObject *tokens = PyFrozenSet_New(NULL), *words = NULL, *found = NULL, *topics = NULL;
@@ -284,6 +283,27 @@ fail:
     Py_XDECREF(found);
     Py_XDECREF(topics);
     return NULL;
+}
+
+/* analysis_of()'s arguments but the text: 0, or -1 with a TypeError. */
+static int check_analysis_args(PyObject *stopwords, PyObject *by_stem, PyObject *word_phrases, const char *function) {
+    if (!PyAnySet_Check(stopwords) || (by_stem != Py_None && !PyDict_Check(by_stem)) ||
+        (word_phrases != Py_None && !PyDict_Check(word_phrases))) {
+        PyErr_Format(PyExc_TypeError, "%s: a set of stopwords and dicts (or None) expected", function);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty)");
+        return NULL;
+    }
+    if (check_ascii(args[0], "ascii_analysis") < 0 || check_analysis_args(args[1], args[2], args[3], "ascii_analysis") < 0)
+        return NULL;
+    return analysis_of(PyUnicode_1BYTE_DATA(args[0]), PyUnicode_GET_LENGTH(args[0]), args[1], args[2], args[3],
+                       args[4]);
 }
 
 static int is_word_char(unsigned char c) {
@@ -599,6 +619,179 @@ static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     return verdict == -2 ? NULL : PyLong_FromLong(verdict);
 }
 
+/* -- read_request(): the usual chat request, read in one call ------------------------------- */
+
+static PyObject *s_content_type, *s_transfer_encoding, *s_content_encoding, *s_content_length, *s_input, *s_read,
+    *s_messages, *s_message;
+
+/* What str.strip() takes off the ends of an ASCII str. */
+static int is_strip_space(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f); }
+
+/* JSON's whitespace, which may follow the body's value. */
+static int is_json_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+/* The longest id memo_mw.adapters.clean_id() keeps (MAX_ID_CHARS). */
+#define MAX_ID_CHARS 256
+
+/* The body's length from environ as memo_mw.middleware.MemoryMiddleware._body_length() reads it, for
+ * the usual request: *length set and 1; 0 when Python must look (an unusual content type, a transfer
+ * or content encoding, a length not written as plain digits); -1 on error. */
+static int plain_length(PyObject *environ, PyObject *content_types, Py_ssize_t *length) {
+    PyObject *value = PyDict_GetItemWithError(environ, s_content_type);
+    if (value == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int known = PySet_Contains(content_types, value);
+    if (known <= 0)
+        return known;
+    if ((value = PyDict_GetItemWithError(environ, s_transfer_encoding)) != NULL ||
+        ((value = PyDict_GetItemWithError(environ, s_content_encoding)) != NULL && value != Py_None))
+        return 0;
+    if (PyErr_Occurred() || (value = PyDict_GetItemWithError(environ, s_content_length)) == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value) || PyUnicode_GET_LENGTH(value) == 0 ||
+        PyUnicode_GET_LENGTH(value) > 18)
+        return 0;
+    const unsigned char *digits = PyUnicode_1BYTE_DATA(value);
+    *length = 0;
+    for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(value); i++) {
+        if (digits[i] < '0' || digits[i] > '9')
+            return 0;
+        *length = *length * 10 + (digits[i] - '0');
+    }
+    return 1;
+}
+
+/* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's
+ * result or None, the message's analysis), or NULL (with or without an error set) for anything else:
+ * a body that is not ASCII, not one JSON object starting at its first byte, an OpenAI body, a message
+ * that is not a non-empty ASCII str, no plain user id in the header user_key. */
+static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_key, PyObject *scan, PyObject *usual) {
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    if (usual == Py_None || user_key == Py_None || n == 0 || b[0] != '{')
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (b[i] & 0x80)
+            return NULL;
+    }
+    PyObject *text = ascii_str(b, n);
+    if (text == NULL)
+        return NULL;
+    PyObject *argv[2] = {text, NULL};
+    argv[1] = PyLong_FromLong(0);
+    PyObject *scanned = argv[1] == NULL ? NULL : PyObject_Vectorcall(scan, argv, 2, NULL);
+    Py_XDECREF(argv[1]);
+    Py_DECREF(text);
+    if (scanned == NULL)
+        return NULL;
+    PyObject *out = NULL, *analysis = NULL;
+    unsigned char *folded = NULL;
+    if (!PyTuple_Check(scanned) || PyTuple_GET_SIZE(scanned) != 2 || !PyDict_CheckExact(PyTuple_GET_ITEM(scanned, 0)))
+        goto done;
+    Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(scanned, 1));
+    if (end < 0 || end > n)
+        goto done;
+    for (Py_ssize_t i = end; i < n; i++) {
+        if (!is_json_space(b[i]))
+            goto done;  /* extra data: decode() says what */
+    }
+    PyObject *body = PyTuple_GET_ITEM(scanned, 0);
+    PyObject *message = PyDict_GetItemWithError(body, s_messages);
+    if (message != NULL || PyErr_Occurred() || (message = PyDict_GetItemWithError(body, s_message)) == NULL ||
+        !PyUnicode_CheckExact(message) || !PyUnicode_IS_ASCII(message) || PyUnicode_GET_LENGTH(message) == 0)
+        goto done;
+    PyObject *user = PyDict_GetItemWithError(environ, user_key);
+    if (user == NULL || !PyUnicode_CheckExact(user) || !PyUnicode_IS_ASCII(user) || PyUnicode_GET_LENGTH(user) == 0 ||
+        PyUnicode_GET_LENGTH(user) > MAX_ID_CHARS || is_strip_space(PyUnicode_1BYTE_DATA(user)[0]) ||
+        is_strip_space(PyUnicode_1BYTE_DATA(user)[PyUnicode_GET_LENGTH(user) - 1]))
+        goto done;
+    PyObject *results = PyTuple_GET_ITEM(usual, 8);
+    const unsigned char *classes;
+    const uint16_t *table;
+    Py_ssize_t width;
+    if (!PyTuple_Check(results) || PyTuple_GET_SIZE(results) != 2 ||
+        read_table(PyTuple_GET_ITEM(usual, 0), PyTuple_GET_ITEM(usual, 1), PyTuple_GET_ITEM(usual, 2), "read_request",
+                   &classes, &table, &width) < 0 ||
+        check_analysis_args(PyTuple_GET_ITEM(usual, 4), PyTuple_GET_ITEM(usual, 5), PyTuple_GET_ITEM(usual, 6),
+                            "read_request") < 0)
+        goto done;
+    int verdict = quiet_verdict(message, classes, table, width, PyTuple_GET_ITEM(usual, 2), PyTuple_GET_ITEM(usual, 3));
+    if (verdict == -2)
+        goto done;
+    /* The tagger's analysis of the message, case-folded (for ASCII, lower case). */
+    Py_ssize_t length = PyUnicode_GET_LENGTH(message);
+    const unsigned char *m = PyUnicode_1BYTE_DATA(message);
+    if ((folded = PyMem_Malloc((size_t)length + 1)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < length; i++)
+        folded[i] = (m[i] >= 'A' && m[i] <= 'Z') ? (unsigned char)(m[i] + 32) : m[i];
+    analysis = analysis_of(folded, length, PyTuple_GET_ITEM(usual, 4), PyTuple_GET_ITEM(usual, 5),
+                           PyTuple_GET_ITEM(usual, 6), PyTuple_GET_ITEM(usual, 7));
+    if (analysis != NULL)
+        out = PyTuple_Pack(6, raw, body, message, user, verdict < 0 ? Py_None : PyTuple_GET_ITEM(results, verdict),
+                           analysis);
+done:
+    PyMem_Free(folded);
+    Py_XDECREF(analysis);
+    Py_DECREF(scanned);
+    return out;
+}
+
+/* read_request(environ, content_types, max_body, user_key, scan, usual): see the module's doc. */
+static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "read_request(environ, content_types, max_body, user_key, scan, usual)");
+        return NULL;
+    }
+    PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
+    Py_ssize_t max_body = PyLong_AsSsize_t(args[2]), length;
+    if (max_body == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyDict_Check(environ) || !PyAnySet_Check(content_types) || (user_key != Py_None && !PyUnicode_Check(user_key)) ||
+        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) != 9 && PyTuple_GET_SIZE(usual) != 0)))) {
+        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 9-tuple, () or None");
+        return NULL;
+    }
+    if (usual != Py_None && PyTuple_GET_SIZE(usual) == 0)
+        usual = Py_None;
+    int plain = plain_length(environ, content_types, &length);
+    if (plain <= 0)
+        return plain < 0 ? NULL : Py_NewRef(Py_False);
+    if (length <= 0 || length > max_body)
+        Py_RETURN_NONE;
+    /* bytes(environ["wsgi.input"].read(length)); its errors are the caller's. */
+    PyObject *input = PyDict_GetItemWithError(environ, s_input);
+    if (input == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetObject(PyExc_KeyError, s_input);
+        return NULL;
+    }
+    Py_INCREF(input);
+    PyObject *size = PyLong_FromSsize_t(length);
+    PyObject *data = size == NULL ? NULL : PyObject_CallMethodOneArg(input, s_read, size);
+    Py_XDECREF(size);
+    Py_DECREF(input);
+    if (data == NULL)
+        return NULL;
+    PyObject *raw = data;
+    if (!PyBytes_CheckExact(data)) {
+        raw = PyObject_CallOneArg((PyObject *)&PyBytes_Type, data);
+        Py_DECREF(data);
+        if (raw == NULL)
+            return NULL;
+    }
+    if (PyBytes_GET_SIZE(raw) != length)
+        return raw;
+    /* Read: from here on nothing fails, whatever happens the body goes back to the caller. */
+    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual);
+    if (parts == NULL) {
+        PyErr_Clear();
+        return raw;
+    }
+    Py_DECREF(raw);
+    return parts;
+}
+
 static PyMethodDef methods[] = {
     {"ascii_analysis", (PyCFunction)(void (*)(void))ascii_analysis, METH_FASTCALL,
      "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty) -> (tokens, topics)"},
@@ -607,6 +800,8 @@ static PyMethodDef methods[] = {
      "scan_marked(text, classes, table, outputs) -> the needles in marked_lower(text)"},
     {"quiet", (PyCFunction)(void (*)(void))quiet, METH_FASTCALL,
      "quiet(text, classes, table, outputs, spec) -> 0 or 1 for a text that triggers nothing, -1: look closer"},
+    {"read_request", (PyCFunction)(void (*)(void))read_request, METH_FASTCALL,
+     "read_request(environ, content_types, max_body, user_key, scan, usual) -> False, None, the body or its parts"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -614,4 +809,16 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "memo_mw._speedups",
                                     "The message analysis of an ASCII text in C (optional).", -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__speedups(void) {
+    struct {
+        PyObject **name;
+        const char *text;
+    } names[] = {{&s_content_type, "CONTENT_TYPE"}, {&s_transfer_encoding, "HTTP_TRANSFER_ENCODING"},
+                 {&s_content_encoding, "HTTP_CONTENT_ENCODING"}, {&s_content_length, "CONTENT_LENGTH"},
+                 {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
+            return NULL;
+    }
+    return PyModule_Create(&module);
+}

@@ -205,6 +205,7 @@ class Funnel:
         self._pii_hint_of = {as_needle(h): h for h in map(fold, MASK_HINTS)}
         # The usual message, ASCII and triggering nothing, told in one call (_quiet_args): made on first use.
         self._quiet: tuple | None = None
+        self._usual: tuple | None = None  # usual_args(), made on first use
 
     def _firsts(self, keys) -> frozenset[str] | None:
         """The first needle sets of these patterns, joined: a text with none of them is matched by
@@ -353,6 +354,16 @@ class Funnel:
             args = (*table, (roles, DIGITS_HINT, PIECE_HINT, state_flags))
         self._quiet = args
         return args
+
+    def usual_args(self) -> tuple | None:
+        """What memo_mw._speedups.read_request() needs of these rules to read the usual request:
+        quiet()'s four arguments (_quiet_args), the tagger's analysis arguments, and process()'s
+        result for each of quiet()'s verdicts 0 and 1; None when quiet() cannot tell."""
+        if self._usual is None:
+            quiet = self._quiet if self._quiet is not None else self._quiet_args()
+            self._usual = (*quiet, *self.topics.analysis_args(),
+                           (_QUIET[self._any_recall_all is not None], _QUIET[0])) if quiet else ()
+        return self._usual or None
 
     def _process(self, message: str) -> FunnelResult:
         """process() without the one-call look at the usual message (the stages themselves)."""

@@ -47,9 +47,10 @@ from .insights import UNKNOWN, ProfileReader
 from .statecache import CachedUserState
 from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
+from .reload import ReloadingFunnel
 from .recall import RecallConfig, format_block
 from .rules import RuleSet
-from .text import json_utf8, stable_id
+from .text import _speedups, json_utf8, stable_id
 from .store import check_writable
 from .userstate import EMPTY, UserState, forget_marker, rewrite_pending, without_forgotten
 
@@ -150,6 +151,7 @@ class MemoryMiddleware:
             self.recaller.changes = state
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}
+        self._reloading = isinstance(self.funnel, ReloadingFunnel)
         self._week: tuple[float | None, str] = (None, "")  # (UTC day, its ISO week): see _week_of
         self.clock = clock
 
@@ -198,21 +200,35 @@ class MemoryMiddleware:
 
     def _intercept(self, environ: dict) -> None:
         """Read the body, handle the turn, and leave a body the app can read, whatever happens."""
+        funnel = self.funnel
+        if self._reloading:  # ReloadingFunnel.check()'s common case inline (process() makes it too)
+            if not 0 <= funnel.clock() - funnel._checked < funnel.interval:
+                funnel.check()
+            funnel = funnel._funnel
         try:
-            length = self._body_length(environ)
-            if length is None:
-                return
-            raw = bytes(environ["wsgi.input"].read(length))
+            # The usual request read, parsed and looked at in one call (memo_mw._speedups.read_request),
+            # which answers False where Python must read it.
+            got = _read_request(environ, _PLAIN_JSON, self.max_body,
+                                self.user_header_key if self.get_user is None else None, _SCAN,
+                                funnel._usual if funnel._usual is not None else funnel.usual_args()
+                                ) if _read_request is not None else False
+            if got is False:
+                got = self._read_body(environ)
         except Exception:  # nothing was read (or nothing can be put back): leave the request alone
             log.exception("memo-mw: could not read the request body; request passed through")
             return
+        if got is None:
+            return
+        parts = got if type(got) is tuple else None
+        raw = got if parts is None else parts[0]
         content_length = environ.get("CONTENT_LENGTH")
         if self.get_user is not None:
             environ["wsgi.input"] = io.BytesIO(raw)  # readable again by get_user (the app's is made below)
         new_raw = None
         try:
-            if len(raw) == length:  # a short body is a broken request: the app should see it as it is
-                new_raw = self._handle(environ, raw)
+            # A short body is a broken request: the app should see it as it is.
+            if parts is not None or len(raw) == self._body_length(environ):
+                new_raw = self._handle(environ, raw, parts)
         except Exception:  # never break the chat: log and let the request through as it is
             log.exception("memo-mw: memory step failed; request passed through unchanged")
             environ[ENVIRON_MEMORIES] = []
@@ -226,6 +242,13 @@ class MemoryMiddleware:
                 environ["wsgi.input"] = io.BytesIO(new_raw)
                 environ["CONTENT_LENGTH"] = str(len(new_raw))
 
+    def _read_body(self, environ: dict) -> bytes | None:
+        """The body when it is ours to read (as much of it as comes), else None."""
+        length = self._body_length(environ)
+        if length is None:
+            return None
+        return bytes(environ["wsgi.input"].read(length))
+
     def _user(self, environ: dict, body: Any, turn: Turn) -> str | None:
         if self.get_user is not None:
             return clean_id(self.get_user(environ, body))
@@ -237,53 +260,57 @@ class MemoryMiddleware:
                 pass
         return clean_id(header) or (turn.body_user if self.body_user else None)
 
-    def _handle(self, environ: dict, raw: bytes) -> bytes | None:
-        """Recall, inject and enqueue for one request; the new body, or None to leave it as it came."""
-        try:
-            # Strict UTF-8 (json.loads would also take UTF-16/32, a BOM and encoded surrogates)
-            # and strict JSON (no NaN or Infinity, which could not be re-encoded as valid JSON).
-            body = _decode(raw.decode("utf-8"))
-        except ValueError:
-            return None
-        turn = read_turn(body)
-        if turn is None:
-            return None
-        # find(), not `in`: bytes' `in` tries its operand as an int first, raising and clearing a TypeError.
-        if raw.find(b"\\u") >= 0 and (raw.find(b"\\ud") >= 0 or raw.find(b"\\uD") >= 0):
-            turn = _without_lone_surrogates(turn)
-        user_id = self._user(environ, body, turn)
-        if user_id is None:
-            return None
+    def _handle(self, environ: dict, raw: bytes, parts: tuple | None = None) -> bytes | None:
+        """Recall, inject and enqueue for one request; the new body, or None to leave it as it came.
+        ``parts``: the request as memo_mw._speedups.read_request() read it, when it did."""
+        if parts is None:
+            try:
+                # Strict UTF-8 (json.loads would also take UTF-16/32, a BOM and encoded surrogates)
+                # and strict JSON (no NaN or Infinity, which could not be re-encoded as valid JSON).
+                body = _decode(raw.decode("utf-8"))
+            except ValueError:
+                return None
+            turn = _turn_of(body, raw)
+            if turn is None:
+                return None
+            user_id = self._user(environ, body, turn)
+            if user_id is None:
+                return None
+            message, result, analysis = turn.message, None, None
+        else:  # the funnel's result for the usual message (None: it looks closer), and its analysis
+            _, body, message, user_id, result, analysis = parts
+            turn = None  # read from the body where needed (an injection, a capture)
         now = self.clock()
-        try:
-            result = self.funnel.process(turn.message)
-        except Exception:
-            log.exception("memo-mw: capture funnel failed; recalling without capture")
-            result = None
-        else:
+        if result is None:
+            try:
+                result = self.funnel.process(message)
+            except Exception:
+                log.exception("memo-mw: capture funnel failed; recalling without capture")
+        if result is not None:
             environ[ENVIRON_CAPTURE] = result.stage
-        ts = turn.ts if turn.ts is not None else now
         forget = result is not None and result.stage == "forget"
-        analysis = self._note_topics(user_id, now, turn.message) if result is not None and not forget else None
+        analysis = self._note_topics(user_id, now, message, analysis) if result is not None and not forget else None
         view, stamp = self._view(user_id) if not forget else (None, None)
         copy = view.memories_ref() if view is not None else None
         if copy is not None:  # the usual request: the user as the last one read it
             state = view.state
             try:
-                memories = self.recaller.recall_copy(copy, turn.message, now=now, state=state, analysis=analysis,
+                memories = self.recaller.recall_copy(copy, message, now=now, state=state, analysis=analysis,
                                                      recall_all=result.recall_all if result is not None else None)
             except Exception:
                 log.exception("memo-mw: recall failed; request passed through without memories")
                 memories = []
             profile = list(view.profile) if view.profile else []
         else:
-            memories, profile, state = self._read_user(user_id, turn.message, now, result, ts, forget, stamp,
-                                                       analysis)
+            if forget:
+                turn = turn or _turn_of(body, raw)
+            ts = turn.ts if turn is not None and turn.ts is not None else now  # (read for a forget request)
+            memories, profile, state = self._read_user(user_id, message, now, result, ts, forget, stamp, analysis)
 
         new_raw = None
         if memories or profile:
             block = format_block(memories, profile)
-            new_body = inject(body, turn, block, field=self.inject_field)
+            new_body = inject(body, turn or _turn_of(body, raw), block, field=self.inject_field)
             new_raw = json_utf8(new_body)
             environ[ENVIRON_MEMORIES] = memories
             environ[ENVIRON_BLOCK] = block
@@ -299,9 +326,11 @@ class MemoryMiddleware:
             if asked:  # asked once: not again, even before the touch job records it
                 self._state_call("add_shown", user_id, asked)
 
-        if result is None:
+        if result is None or not (forget or result.candidates):
             return new_raw
-        if result.stage == "forget":
+        turn = turn or _turn_of(body, raw)
+        ts = turn.ts if turn.ts is not None else now
+        if forget:
             # A job id, so a retried request does not queue the same forget twice.
             self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request", now],
                           job_id="memo-forget-" + stable_id(user_id, result.forget_match or "", int(ts)))
@@ -371,13 +400,14 @@ class MemoryMiddleware:
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
 
-    def _note_topics(self, user_id: str, now: float, message: str) -> tuple | None:
+    def _note_topics(self, user_id: str, now: float, message: str, analysis: tuple | None = None) -> tuple | None:
         """Count the message's topics for the weekly insights (memo_mw.counters), tagged as recall
         tags it; no I/O here, they are sent with other counts. The message's analysis (tokens,
-        topics), read once for this and recall (not cached: a new message is not read again), or
-        None if it failed."""
+        topics), read once for this and recall (not cached: a new message is not read again; or
+        ``analysis``, read already), or None if it failed."""
         try:
-            analysis = self.funnel.topics.analyse_once(message)
+            if analysis is None:
+                analysis = self.funnel.topics.analyse_once(message)
             topics = analysis[1]
             # Most messages: no topic, in English (count_keys' answer then, without the calls).
             names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
@@ -452,6 +482,15 @@ _PLAIN_JSON = frozenset({"application/json", "application/json; charset=utf-8", 
                          "application/json; charset=UTF-8", "application/json;charset=UTF-8"})
 
 
+def _turn_of(body: Any, raw: bytes) -> Turn | None:
+    """The turn in a parsed body (read_turn), its text with no lone surrogate (raw: the body's bytes)."""
+    turn = read_turn(body)
+    # find(), not `in`: bytes' `in` tries its operand as an int first, raising and clearing a TypeError.
+    if turn is not None and raw.find(b"\\u") >= 0 and (raw.find(b"\\ud") >= 0 or raw.find(b"\\uD") >= 0):
+        turn = _without_lone_surrogates(turn)
+    return turn
+
+
 def _without_lone_surrogates(turn: Turn) -> Turn:
     """The turn with any lone surrogate in its text (a ``\\ud800`` escape alone, valid JSON with no
     character behind it, which nothing can encode as UTF-8 to hash or store) read as U+FFFD: in
@@ -484,6 +523,8 @@ def _finite_float(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 _SCAN = _DECODER.scan_once  # its scanner (in C), which decode() runs after skipping whitespace
 _JSON_SPACE = " \t\n\r"
+#: The usual request read in one call (memo_mw/_speedups.c), when the extension was built.
+_read_request = getattr(_speedups, "read_request", None)
 
 
 def _decode(text: str) -> Any:

@@ -66,6 +66,11 @@ class TopicTagger:
         #: caller passes on), which would only push out of the cache the texts read again.
         self.analyse_once = self._analyse
 
+    def analysis_args(self) -> tuple:
+        """The last four arguments of memo_mw._speedups.ascii_analysis() for this tagger (its
+        analysis of a case-folded ASCII text, as _analyse makes it)."""
+        return STOPWORDS, self._by_stem, self._word_phrases, _NO_TOPICS
+
     def lexicon(self) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
         """The lexicons as this tagger reads them: each English word's stem with its topics, and
         every other entry (a phrase, a Chinese word) as written with its topics (memo_mw.index
@@ -82,6 +87,7 @@ class TopicTagger:
         if folded.isascii():
             speedups = _text._speedups
             if speedups is not None:  # what follows for an ASCII text, in C (memo_mw/_speedups.c)
+                # (analysis_args(), without the call)
                 return speedups.ascii_analysis(folded, STOPWORDS, self._by_stem, self._word_phrases, _NO_TOPICS)
             text_tokens, words = ascii_tokens(folded)
             if "'" in folded:  # "what's": "what", "s"
