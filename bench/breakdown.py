@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import operator
 import sys
 import time
 from pathlib import Path
@@ -32,8 +33,7 @@ STEPS = [
     ("body checks", "", "_body_length"),
     ("user id", "", "_user"),
     ("funnel", "funnel", "process"),
-    ("topic count", "", "_note_topics"),
-    ("user's view", "", "_view"),
+    ("user's stamp", "recaller.changes", "stamp"),
     ("recall from the view", "recaller", "recall_copy"),
     # Without a view (the first request, or the user changed): the state, recall and insights read.
     ("user read, no view", "", "_read_user"),
@@ -61,7 +61,7 @@ def main() -> int:
         spent: collections.Counter = collections.Counter()
         for label, path, name in STEPS:
             if name is not None:
-                timed(getattr(middleware, path) if path else middleware, name, spent, label)
+                timed(operator.attrgetter(path)(middleware) if path else middleware, name, spent, label)
         inner = middleware.app
 
         def consumed(environ, start_response):  # the app's whole work: its response read and closed too

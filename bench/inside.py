@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import operator
 import os
 import signal
 import sys
@@ -61,7 +62,7 @@ def timed_app():
         timed(middleware, "app", spent, "app", clock)
         if os.environ.get(STEPS_ON):
             for label, path, name in STEPS:
-                timed(getattr(middleware, path) if path else middleware, name, spent, label, clock)
+                timed(operator.attrgetter(path)(middleware) if path else middleware, name, spent, label, clock)
             for label, name in MODULE_STEPS:
                 if getattr(middleware_module, name) is not None:
                     timed(middleware_module, name, spent, label, clock)

@@ -45,6 +45,7 @@ from . import counters, defaults
 from .adapters import Turn, clean_id, inject, read_turn
 from .insights import UNKNOWN, ProfileReader
 from .statecache import CachedUserState
+from .memcache import UserMemories
 from .pipeline import Recaller, remember_payload
 from .queue import FORGET, REMEMBER, Backend, make_backend
 from .reload import ReloadingFunnel
@@ -152,6 +153,8 @@ class MemoryMiddleware:
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}
         self._reloading = isinstance(self.funnel, ReloadingFunnel)
+        # How the request notes its topic counts without a call, when the state offers it.
+        self._topic_notes = getattr(getattr(self.queue, "state", None), "topic_notes", lambda: None)()
         self._week: tuple[float | None, str] = (None, "")  # (UTC day, its ISO week): see _week_of
         self.clock = clock
 
@@ -289,17 +292,56 @@ class MemoryMiddleware:
         if result is not None:
             environ[ENVIRON_CAPTURE] = result.stage
         forget = result is not None and result.stage == "forget"
-        analysis = self._note_topics(user_id, now, message, analysis) if result is not None and not forget else None
-        view, stamp = self._view(user_id) if not forget else (None, None)
+        if result is not None and not forget:
+            # Count the message's topics for the weekly insights (memo_mw.counters), tagged as
+            # recall tags them; no I/O here, they are sent with other counts. The message's
+            # analysis (tokens, topics) is read once for this and recall: read already, or here
+            # (not cached: a new message is not read again); None if it failed.
+            try:
+                if analysis is None:
+                    analysis = self.funnel.topics.analyse_once(message)
+                topics = analysis[1]
+                # Most messages: no topic, in English (count_keys' answer then, without the calls).
+                names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
+                day, week = self._week
+                if day != now // 86400:
+                    week = self._week_of(now)
+                notes = self._topic_notes  # (gate, append) of the state's topic_notes(), or None
+                if notes is None:
+                    self.queue.state.note_topics(self.db, user_id, week, names)
+                elif notes[0] is None or notes[0].closed:
+                    notes[1]((user_id, week, names))
+            except Exception:
+                log.exception("memo-mw: could not count the message's topics")
+                analysis = None
+        else:
+            analysis = None
+        # The user's view kept from an earlier request, while nothing says the user changed, and
+        # the user's stamp, taken before anything is read, to keep a new one under (None: no view
+        # now: a forget request, no user-state listener, or jobs waiting in the outbox, which a
+        # read of the state joins).
+        view = stamp = None
+        changes = self.recaller.changes
+        if not forget and changes is not None and not getattr(self.queue, "spooled", False):
+            stamp = changes.stamp(user_id)
+            view = self._views.get(user_id) if stamp is not None else None
+            if view is not None and not (view.stamp == stamp and time.monotonic() < view.until):
+                self._views.pop(user_id, None)  # outdated: what it holds (a pending text, say) is not kept
+                view = None
         copy = view.memories_ref() if view is not None else None
         if copy is not None:  # the usual request: the user as the last one read it
             state = view.state
-            try:
-                memories = self.recaller.recall_copy(copy, message, now=now, state=state, analysis=analysis,
-                                                     recall_all=result.recall_all if result is not None else None)
-            except Exception:
-                log.exception("memo-mw: recall failed; request passed through without memories")
-                memories = []
+            recall_all = result.recall_all if result is not None else None
+            if view.quick and recall_all is False and analysis is not None and \
+                    copy.by_token.keys().isdisjoint(analysis[0]) and copy.by_topic.keys().isdisjoint(analysis[1]):
+                memories = []  # recall_copy()'s answer when no memory shares a token or topic, without the calls
+            else:
+                try:
+                    memories = self.recaller.recall_copy(copy, message, now=now, state=state, analysis=analysis,
+                                                         recall_all=recall_all)
+                except Exception:
+                    log.exception("memo-mw: recall failed; request passed through without memories")
+                    memories = []
             profile = list(view.profile) if view.profile else []
         else:
             if forget:
@@ -344,21 +386,6 @@ class MemoryMiddleware:
             self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=payload)
         return new_raw
 
-    def _view(self, user_id: str) -> "tuple[_UserView | None, tuple | None]":
-        """The user's view kept from an earlier request, while nothing says the user changed (or
-        None), and the user's stamp, taken before anything is read, to keep a new one under (None:
-        no view now: no user-state listener, or jobs waiting in the outbox, which a read of the
-        state joins)."""
-        changes = self.recaller.changes
-        if changes is None or getattr(self.queue, "spooled", False):  # jobs in the outbox join the state
-            return None, None
-        stamp = changes.stamp(user_id)
-        view = self._views.get(user_id) if stamp is not None else None
-        if view is None or (view.stamp == stamp and time.monotonic() < view.until):
-            return view, stamp
-        self._views.pop(user_id, None)  # outdated: what it holds (a pending text, say) is not kept
-        return None, stamp
-
     def _read_user(self, user_id: str, message: str, now: float, result: Any, ts: float, forget: bool,
                    stamp: tuple | None, analysis: tuple | None) -> tuple[list, list, UserState]:
         """The user's state, memories for the message and insights, read where they are kept (and
@@ -391,7 +418,8 @@ class MemoryMiddleware:
             if len(self._views) >= _VIEWS_KEPT:
                 self._views.clear()
             # The copy by weak reference: the memory cache alone decides how long it is kept.
-            self._views[user_id] = _UserView(stamp, until, state, weakref.ref(copy), tuple(profile))
+            quick = type(copy) is UserMemories and not copy.always and not (state.pending or state.forgets or state.shown)
+            self._views[user_id] = _UserView(stamp, until, state, weakref.ref(copy), tuple(profile), quick)
         return memories, profile, state
 
     def _enqueue(self, func: str, args: list, *, job_id: str | None = None, pending: dict | None = None) -> None:
@@ -399,26 +427,6 @@ class MemoryMiddleware:
             self.queue.enqueue(func, args, job_id=job_id, **({"pending": pending} if pending is not None else {}))
         except Exception:
             log.exception("memo-mw: could not enqueue %s; the chat request goes on without it", func)
-
-    def _note_topics(self, user_id: str, now: float, message: str, analysis: tuple | None = None) -> tuple | None:
-        """Count the message's topics for the weekly insights (memo_mw.counters), tagged as recall
-        tags it; no I/O here, they are sent with other counts. The message's analysis (tokens,
-        topics), read once for this and recall (not cached: a new message is not read again; or
-        ``analysis``, read already), or None if it failed."""
-        try:
-            if analysis is None:
-                analysis = self.funnel.topics.analyse_once(message)
-            topics = analysis[1]
-            # Most messages: no topic, in English (count_keys' answer then, without the calls).
-            names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
-            day, week = self._week
-            if day != now // 86400:
-                week = self._week_of(now)
-            self.queue.state.note_topics(self.db, user_id, week, names)
-        except Exception:
-            log.exception("memo-mw: could not count the message's topics")
-            return None
-        return analysis
 
     def _week_of(self, now: float) -> str:
         """counters.week_of(now), kept for the rest of the UTC day (asked by every request)."""
@@ -468,6 +476,10 @@ class _UserView:
     state: UserState
     memories_ref: Callable[[], Any]  # the recaller's copy of the user's memories, by weak reference
     profile: tuple
+    #: Whether recall finds nothing for a message that shares no token or topic with the copy's
+    #: memories, and no recall-everything question (Recaller.recall_copy: a small user's copy
+    #: with no memory always shown, and nothing pending, forgotten or shown in the state).
+    quick: bool = False
 
 
 #: The counts of a message with no topic in English (count_keys' answer), one tuple for all.

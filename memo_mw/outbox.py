@@ -528,6 +528,11 @@ class _GuardedState:
         if self._backend.breaker.closed:
             self._backend.backend.state.note_topics(*args)
 
+    def topic_notes(self) -> tuple[Any, Callable[..., None]] | None:
+        """The Redis state's topic_notes(), gated by the breaker as note_topics() is."""
+        notes = getattr(self._backend.backend.state, "topic_notes", lambda: None)()
+        return None if notes is None or notes[0] is not None else (self._backend.breaker, notes[1])
+
     # Writes: skipped while Redis is down. Explicit methods, not a __getattr__, which would have
     # every attribute read (read()'s own included, on each request) go the slow way.
     put_pending = _guarded("put_pending")

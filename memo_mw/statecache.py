@@ -80,6 +80,7 @@ class CachedUserState:
         self._start_lock = threading.Lock()
         #: Counts only (no I/O, nothing cached changes): straight to the Redis state, which sends them.
         self.note_topics = inner.note_topics
+        self.topic_notes = inner.topic_notes
 
     # -- reads ----------------------------------------------------------------------------
 

@@ -225,6 +225,12 @@ class RedisUserState:
         the next :meth:`flush_noted`."""
         self._notes.append((user_id, week, names))
 
+    def topic_notes(self) -> tuple[Any, Callable[[tuple[str, str, Sequence[str]]], None]] | None:
+        """note_topics() without the call, for the request path: ``(gate, append)``, where
+        ``append((user_id, week, names))`` notes a message's counts whenever ``gate`` is None or
+        ``gate.closed``."""
+        return None, self._notes.append
+
     def read(self, user_id: str) -> UserState:
         with self._noted_lock:
             if self._notes:
@@ -343,6 +349,10 @@ class LocalUserState:
     def note_topics(self, db: str, user_id: str, week: str, names: Sequence[str]) -> None:
         if self._enqueue is not None:
             self._enqueue(COUNT_TOPICS, [db, user_id, week, names])
+
+    def topic_notes(self) -> None:
+        """None: counts are noted through note_topics() (a job each)."""
+        return None
 
     def _put(self, kind: str, user_id: str, key: Any, value: Any) -> None:
         self._entries.setdefault((kind, user_id), {})[key] = (time.monotonic(), value)
