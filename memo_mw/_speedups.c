@@ -3,9 +3,13 @@
  * Optional: the package works without it (memo_mw.speedups falls back to the Python code, which
  * stays the reference; tests/test_speedups.py checks that both give the same answers).
  *
- *   ascii_analysis(folded, stopwords, by_stem, word_phrases, empty) -> (tokens, topics)
- *       memo_mw.text.tokens() of a case-folded ASCII text, and, when by_stem is not None, the
- *       topics memo_mw.topics.TopicTagger finds in it (its words' stems, then its English phrases).
+ *   Lexicon(stopwords, by_stem, word_phrases, empty)
+ *       the words an analysis looks up (TopicTagger's lexicons and the stopwords), in a table of
+ *       this module's own: a word is found with one hash and one cache line read.
+ *   ascii_analysis(folded, lexicon) -> (tokens, topics)
+ *       memo_mw.text.tokens() of a case-folded ASCII text, and, when the lexicon has by_stem, the
+ *       topics memo_mw.topics.TopicTagger finds in it (its words' stems, then its English phrases;
+ *       None without).
  *   marked_lower(text) -> str
  *       memo_mw.needles.marked(fold(text)) of an ASCII text.
  *   scan_marked(text, classes, table, outputs) -> frozenset
@@ -23,8 +27,8 @@
  *       (body bytes, the JSON object, its "message", the user id from the header user_key (None:
  *       no header id wanted), the funnel's result for the message (usual[8][quiet verdict], None
  *       when it must look closer), the message's ascii_analysis). usual is Funnel.usual_args():
- *       quiet()'s four arguments, ascii_analysis()'s last four, the results of the two quiet
- *       verdicts; None or (): only the body is read. Whatever fails after the read gives the body.
+ *       quiet()'s four arguments, the tagger's Lexicon, the results of the two quiet verdicts;
+ *       None or (): only the body is read. Whatever fails after the read gives the body.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -100,11 +104,149 @@ static int is_clitic(const unsigned char *s, Py_ssize_t n) {
     return 0;
 }
 
-/* Add the token of the word w[0:n] (memo_mw.text._word_token) to tokens, and with by_stem, the
- * topics of that token to found. 0, or -1 on error. */
-static int add_token(const unsigned char *w, Py_ssize_t n, PyObject *stopwords, PyObject *tokens,
-                     PyObject *by_stem, PyObject *found, unsigned char *buf, PyObject *head) {
-    /* head: the str of the word's first run of letters and digits, when made already (or NULL) */
+/* -- Lexicon: the words an analysis looks up, in one table of this module's own ------------- */
+
+enum { LEX_STOP = 1, LEX_STEM = 2, LEX_FIRST = 4 };
+
+/* One word of a lexicon: its hash (lex_hash), its str (a token made of it is this object, no copy
+ * made), the topics of the word as a stem (by_stem), and what it is (LEX_*). 32 bytes: two a
+ * cache line, one line read a lookup. */
+typedef struct {
+    uint64_t hash;
+    PyObject *word;
+    PyObject *topics;
+    uint32_t length;
+    uint32_t flags;
+} lex_slot;
+
+typedef struct {
+    PyObject_HEAD
+    lex_slot *slots;  /* open addressing, linear probing; a free slot has no word */
+    size_t mask;
+    PyObject *word_phrases;  /* TopicTagger._word_phrases, or None */
+    PyObject *empty;         /* the tagger's shared empty set of topics, or None: no topics */
+} LexiconObject;
+
+static uint64_t lex_hash(const unsigned char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL;  /* FNV-1a, then a final mix */
+    for (Py_ssize_t i = 0; i < n; i++)
+        h = (h ^ s[i]) * 1099511628211ULL;
+    h ^= h >> 29;
+    return h * 0xbf58476d1ce4e5b9ULL;
+}
+
+/* The slot of the word s[0:n], or NULL when the lexicon does not hold it. */
+static inline const lex_slot *lex_find(const LexiconObject *lex, const unsigned char *s, Py_ssize_t n) {
+    uint64_t h = lex_hash(s, n);
+    for (size_t i = (size_t)h & lex->mask;; i = (i + 1) & lex->mask) {
+        const lex_slot *slot = &lex->slots[i];
+        if (slot->word == NULL)
+            return NULL;
+        if (slot->hash == h && slot->length == (uint32_t)n && memcmp(PyUnicode_1BYTE_DATA(slot->word), s, (size_t)n) == 0)
+            return slot;
+    }
+}
+
+/* Add the words of keys (a set or dict of str; others, and words not in ASCII, cannot meet an ASCII
+ * text and are skipped) with flag, and from a dict their values as topics. 0, or -1 on error. */
+static int lex_add(LexiconObject *lex, PyObject *keys, uint32_t flag) {
+    PyObject *iterator = PyObject_GetIter(keys), *key;
+    if (iterator == NULL)
+        return -1;
+    while ((key = PyIter_Next(iterator)) != NULL) {
+        if (PyUnicode_CheckExact(key) && PyUnicode_IS_ASCII(key) && PyUnicode_GET_LENGTH(key) > 0) {
+            const unsigned char *s = PyUnicode_1BYTE_DATA(key);
+            Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+            uint64_t h = lex_hash(s, n);
+            size_t i = (size_t)h & lex->mask;
+            while (lex->slots[i].word != NULL && !(lex->slots[i].hash == h && lex->slots[i].length == (uint32_t)n &&
+                                                   memcmp(PyUnicode_1BYTE_DATA(lex->slots[i].word), s, (size_t)n) == 0))
+                i = (i + 1) & lex->mask;
+            lex_slot *slot = &lex->slots[i];
+            if (slot->word == NULL) {
+                slot->word = Py_NewRef(key);
+                slot->hash = h;
+                slot->length = (uint32_t)n;
+            }
+            slot->flags |= flag;
+            if (flag == LEX_STEM) {
+                PyObject *topics = PyDict_GetItemWithError(keys, key);
+                if (topics == NULL) {
+                    Py_DECREF(key);
+                    Py_DECREF(iterator);
+                    return -1;
+                }
+                Py_XSETREF(slot->topics, Py_NewRef(topics));
+            }
+        }
+        Py_DECREF(key);
+    }
+    Py_DECREF(iterator);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static void lexicon_dealloc(LexiconObject *lex) {
+    if (lex->slots != NULL) {
+        for (size_t i = 0; i <= lex->mask; i++) {
+            Py_XDECREF(lex->slots[i].word);
+            Py_XDECREF(lex->slots[i].topics);
+        }
+        PyMem_Free(lex->slots);
+    }
+    Py_XDECREF(lex->word_phrases);
+    Py_XDECREF(lex->empty);
+    Py_TYPE(lex)->tp_free((PyObject *)lex);
+}
+
+static PyObject *lexicon_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *stopwords, *by_stem, *word_phrases, *empty;
+    static char *names[] = {"stopwords", "by_stem", "word_phrases", "empty", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO:Lexicon", names, &stopwords, &by_stem, &word_phrases, &empty))
+        return NULL;
+    if (!PyAnySet_Check(stopwords) || (by_stem != Py_None && !PyDict_Check(by_stem)) ||
+        (word_phrases != Py_None && !PyDict_Check(word_phrases)) || (by_stem == Py_None) != (empty == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "Lexicon: a set of stopwords and dicts (or None), an empty set with by_stem");
+        return NULL;
+    }
+    Py_ssize_t words = PySet_GET_SIZE(stopwords) + (by_stem != Py_None ? PyDict_GET_SIZE(by_stem) : 0) +
+                       (word_phrases != Py_None ? PyDict_GET_SIZE(word_phrases) : 0);
+    size_t size = 16;
+    while (size < (size_t)words * 2)  /* at most half full: a lookup reads one slot or two */
+        size *= 2;
+    LexiconObject *lex = (LexiconObject *)type->tp_alloc(type, 0);
+    if (lex == NULL)
+        return NULL;
+    lex->mask = size - 1;
+    lex->slots = PyMem_Calloc(size, sizeof(lex_slot));
+    lex->word_phrases = Py_NewRef(word_phrases);
+    lex->empty = Py_NewRef(empty);
+    if (lex->slots == NULL) {
+        Py_DECREF(lex);
+        return PyErr_NoMemory();
+    }
+    if (lex_add(lex, stopwords, LEX_STOP) < 0 || (by_stem != Py_None && lex_add(lex, by_stem, LEX_STEM) < 0) ||
+        (word_phrases != Py_None && lex_add(lex, word_phrases, LEX_FIRST) < 0)) {
+        Py_DECREF(lex);
+        return NULL;
+    }
+    return (PyObject *)lex;
+}
+
+static PyTypeObject LexiconType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "memo_mw._speedups.Lexicon",
+    .tp_basicsize = sizeof(LexiconObject),
+    .tp_dealloc = (destructor)lexicon_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Lexicon(stopwords, by_stem, word_phrases, empty): the words ascii_analysis() looks up.",
+    .tp_new = lexicon_new,
+};
+
+/* Add the token of the word w[0:n] (memo_mw.text._word_token) to tokens, and its topics as a stem
+ * to found (when not NULL). found_word: the word's slot, when the caller looked it up already (or
+ * NULL, and then looked up here). buf: at least n + 1 bytes. 0, or -1 on error. */
+static int add_token(const LexiconObject *lex, const unsigned char *w, Py_ssize_t n, const lex_slot *found_word,
+                     int looked_up, PyObject *tokens, PyObject *found, unsigned char *buf) {
     const unsigned char *apostrophe = memchr(w, '\'', (size_t)n);
     if (apostrophe != NULL) {
         Py_ssize_t rest = n - (apostrophe - w) - 1;
@@ -112,61 +254,54 @@ static int add_token(const unsigned char *w, Py_ssize_t n, PyObject *stopwords, 
             return 0;  /* a negation: "don't", "haven't" */
         if (is_clitic(apostrophe + 1, rest))
             n = apostrophe - w;
+        looked_up = 0;
     }
     if (n <= 1)
         return 0;
-    PyObject *word = head != NULL && PyUnicode_GET_LENGTH(head) == n ? Py_NewRef(head) : ascii_str(w, n);
+    const lex_slot *slot = looked_up ? found_word : lex_find(lex, w, n);
+    if (slot != NULL && (slot->flags & LEX_STOP))
+        return 0;
+    Py_ssize_t m = stem(w, n, buf);
+    const unsigned char *token = w;
+    if (m != n || memcmp(buf, w, (size_t)n) != 0) {
+        token = buf;
+        slot = lex_find(lex, buf, m);
+        if (slot != NULL && (slot->flags & LEX_STOP))
+            return 0;
+    }
+    /* A word the lexicon holds is its own str (most stems with topics): no new one made. */
+    PyObject *word = slot != NULL ? Py_NewRef(slot->word) : ascii_str(token, m);
     if (word == NULL)
         return -1;
-    int stop = PySet_Contains(stopwords, word);
-    if (stop != 0) {
-        Py_DECREF(word);
-        return stop < 0 ? -1 : 0;
-    }
-    Py_ssize_t m = stem(w, n, buf);
-    PyObject *stemmed = word;
-    if (m != n || memcmp(buf, w, (size_t)n) != 0) {
-        stemmed = ascii_str(buf, m);
-        Py_DECREF(word);
-        if (stemmed == NULL)
-            return -1;
-        stop = PySet_Contains(stopwords, stemmed);
-        if (stop != 0) {
-            Py_DECREF(stemmed);
-            return stop < 0 ? -1 : 0;
-        }
-    }
-    int added = PySet_Add(tokens, stemmed);
-    if (added == 0 && found != NULL) {
-        PyObject *of = PyDict_GetItemWithError(by_stem, stemmed);
-        if (of != NULL)
-            added = set_update(found, of);
-        else if (PyErr_Occurred())
-            added = -1;
-    }
-    Py_DECREF(stemmed);
+    int added = PySet_Add(tokens, word);
+    Py_DECREF(word);
+    if (added == 0 && found != NULL && slot != NULL && slot->topics != NULL)
+        added = set_update(found, slot->topics);
     return added;
 }
 
-/* a == b for the words of a text and of a phrase: 1 or 0 (-1 on error, for what is not an exact
- * str), without the generic comparison's dispatch (most words are compared with a phrase's). */
-static int same_str(PyObject *a, PyObject *b) {
-    if (a == b)
-        return 1;
-    if (!PyUnicode_CheckExact(a) || !PyUnicode_CheckExact(b))
-        return PyObject_RichCompareBool(a, b, Py_EQ);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
-    return n == PyUnicode_GET_LENGTH(b) && PyUnicode_KIND(a) == PyUnicode_KIND(b) &&
-           memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * PyUnicode_KIND(a)) == 0;
+/* The text's runs of letters and digits (its words as TopicTagger._analyse splits them for
+ * phrases): where each starts, how long, and the lexicon's slot of a run that starts a phrase. */
+typedef struct {
+    Py_ssize_t start, length;
+    const lex_slot *first;
+} run;
+
+/* Whether the str word is the text s's run r. */
+static int run_is(const unsigned char *s, const run *r, PyObject *word) {
+    return PyUnicode_CheckExact(word) && PyUnicode_IS_ASCII(word) && PyUnicode_GET_LENGTH(word) == r->length &&
+           memcmp(PyUnicode_1BYTE_DATA(word), s + r->start, (size_t)r->length) == 0;
 }
 
-/* The topics of the English phrases that start at each word (memo_mw.topics.TopicTagger._analyse):
- * at each place, the first (longest) phrase of the entries under its word that the words there
- * spell. 0, or -1 on error. */
-static int add_phrase_topics(PyObject *words, PyObject *word_phrases, PyObject *found) {
-    Py_ssize_t count = PyList_GET_SIZE(words);
+/* The topics of the English phrases that start at each run (memo_mw.topics.TopicTagger._analyse):
+ * at each place, the first (longest) phrase of the entries under its word (word_phrases) that the
+ * runs there spell. 0, or -1 on error. */
+static int add_phrase_topics(const unsigned char *s, const run *runs, Py_ssize_t count, PyObject *word_phrases,
+                             PyObject *found) {
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entries = PyDict_GetItemWithError(word_phrases, PyList_GET_ITEM(words, i));
+        if (runs[i].first == NULL)
+            continue;  /* (most runs) no phrase starts with it */
+        PyObject *entries = PyDict_GetItemWithError(word_phrases, runs[i].first->word);
         if (entries == NULL) {
             if (PyErr_Occurred())
                 return -1;
@@ -187,11 +322,8 @@ static int add_phrase_topics(PyObject *words, PyObject *word_phrases, PyObject *
             if (i + length > count)
                 continue;
             int same = 1;  /* its first word is the key it was found under (TopicTagger._word_phrases) */
-            for (Py_ssize_t k = 1; k < length && same; k++) {
-                same = same_str(PyList_GET_ITEM(words, i + k), PyTuple_GET_ITEM(phrase, k));
-                if (same < 0)
-                    return -1;
-            }
+            for (Py_ssize_t k = 1; k < length && same; k++)
+                same = run_is(s, &runs[i + k], PyTuple_GET_ITEM(phrase, k));
             if (same) {
                 if (set_update(found, PyTuple_GET_ITEM(entry, 1)) < 0)
                     return -1;
@@ -215,23 +347,21 @@ static int check_ascii(PyObject *text, const char *function) {
     return 0;
 }
 
-/* ascii_analysis() of the case-folded ASCII text s[0:n] (its arguments but the text, checked by the
- * caller). A new (tokens, topics) tuple, or NULL with an error set. */
-static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, PyObject *stopwords, PyObject *by_stem,
-                             PyObject *word_phrases, PyObject *empty) {
+/* ascii_analysis() of the case-folded ASCII text s[0:n] with lex. A new (tokens, topics) tuple,
+ * or NULL with an error set. */
+static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, const LexiconObject *lex) {
     unsigned char *buf = PyMem_Malloc((size_t)n + 2);
+    run *runs = NULL;
+    Py_ssize_t count = 0;
+    int firsts = 0;  /* whether some run starts an English phrase */
     /* Frozensets filled here before anyone sees them (no copy of a set at the end). */
-    PyObject *tokens = PyFrozenSet_New(NULL), *words = NULL, *found = NULL, *topics = NULL;
-    if (buf == NULL) {
+    PyObject *tokens = PyFrozenSet_New(NULL), *found = NULL, *topics = NULL;
+    int phrases = lex->empty != Py_None && lex->word_phrases != Py_None && PyDict_GET_SIZE(lex->word_phrases) > 0;
+    if (buf == NULL || (phrases && (runs = PyMem_Malloc(sizeof(run) * ((size_t)n / 2 + 1))) == NULL)) {
         PyErr_NoMemory();
         goto fail;
     }
-    if (tokens == NULL)
-        goto fail;
-    int phrases = by_stem != Py_None && word_phrases != Py_None && PyDict_GET_SIZE(word_phrases) > 0;
-    if (phrases && (words = PyList_New(0)) == NULL)
-        goto fail;
-    if (by_stem != Py_None && (found = PyFrozenSet_New(NULL)) == NULL)
+    if (tokens == NULL || (lex->empty != Py_None && (found = PyFrozenSet_New(NULL)) == NULL))
         goto fail;
     for (Py_ssize_t i = 0; i < n;) {
         if (!is_alnum(s[i])) {
@@ -241,36 +371,33 @@ static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, PyObject *sto
         Py_ssize_t start = i;  /* a word: [a-z0-9][a-z0-9']* */
         while (i < n && (is_alnum(s[i]) || s[i] == '\''))
             i++;
-        Py_ssize_t before = phrases ? PyList_GET_SIZE(words) : 0;
+        const lex_slot *head = NULL;  /* the slot of the word's first run, when looked up */
+        int one_run = 0;
         for (Py_ssize_t j = start; phrases && j < i;) {  /* its runs of letters and digits */
-            Py_ssize_t run = j;
+            Py_ssize_t first = j;
             while (j < i && is_alnum(s[j]))
                 j++;
-            if (j > run) {
-                PyObject *piece = ascii_str(s + run, j - run);
-                if (piece == NULL || PyList_Append(words, piece) < 0) {
-                    Py_XDECREF(piece);
-                    goto fail;
-                }
-                Py_DECREF(piece);
+            const lex_slot *slot = lex_find(lex, s + first, j - first);
+            if (first == start) {
+                head = slot;
+                one_run = j == i;
             }
+            runs[count].start = first;
+            runs[count].length = j - first;
+            runs[count++].first = slot != NULL && (slot->flags & LEX_FIRST) ? slot : NULL;
+            firsts |= runs[count - 1].first != NULL;
             while (j < i && s[j] == '\'')
                 j++;
         }
-        /* The word's token is most often its first run ("what" of "what's"): the same str. */
-        PyObject *head = phrases ? PyList_GET_ITEM(words, before) : NULL;
-        if (add_token(s + start, i - start, stopwords, tokens, by_stem, found, buf, head) < 0)
+        /* A word of one run was looked up above: its token's lookup is that one. */
+        if (add_token(lex, s + start, i - start, head, one_run, tokens, found, buf) < 0)
             goto fail;
     }
-    if (by_stem == Py_None) {
-        topics = Py_NewRef(Py_None);
-    } else {
-        if (phrases && add_phrase_topics(words, word_phrases, found) < 0)
-            goto fail;
-        topics = Py_NewRef(PySet_GET_SIZE(found) ? found : empty);
-    }
+    if (firsts && add_phrase_topics(s, runs, count, lex->word_phrases, found) < 0)
+        goto fail;
+    topics = Py_NewRef(found == NULL ? Py_None : PySet_GET_SIZE(found) ? found : lex->empty);
     PyMem_Free(buf);
-    Py_XDECREF(words);
+    PyMem_Free(runs);
     Py_XDECREF(found);
     PyObject *out = PyTuple_Pack(2, tokens, topics);
     Py_DECREF(tokens);
@@ -278,32 +405,25 @@ static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, PyObject *sto
     return out;
 fail:
     PyMem_Free(buf);
+    PyMem_Free(runs);
     Py_XDECREF(tokens);
-    Py_XDECREF(words);
     Py_XDECREF(found);
     Py_XDECREF(topics);
     return NULL;
 }
 
-/* analysis_of()'s arguments but the text: 0, or -1 with a TypeError. */
-static int check_analysis_args(PyObject *stopwords, PyObject *by_stem, PyObject *word_phrases, const char *function) {
-    if (!PyAnySet_Check(stopwords) || (by_stem != Py_None && !PyDict_Check(by_stem)) ||
-        (word_phrases != Py_None && !PyDict_Check(word_phrases))) {
-        PyErr_Format(PyExc_TypeError, "%s: a set of stopwords and dicts (or None) expected", function);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty)");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "ascii_analysis(folded, lexicon)");
         return NULL;
     }
-    if (check_ascii(args[0], "ascii_analysis") < 0 || check_analysis_args(args[1], args[2], args[3], "ascii_analysis") < 0)
+    if (check_ascii(args[0], "ascii_analysis") < 0)
         return NULL;
-    return analysis_of(PyUnicode_1BYTE_DATA(args[0]), PyUnicode_GET_LENGTH(args[0]), args[1], args[2], args[3],
-                       args[4]);
+    if (!PyObject_TypeCheck(args[1], &LexiconType)) {
+        PyErr_SetString(PyExc_TypeError, "ascii_analysis: a Lexicon expected");
+        return NULL;
+    }
+    return analysis_of(PyUnicode_1BYTE_DATA(args[0]), PyUnicode_GET_LENGTH(args[0]), (LexiconObject *)args[1]);
 }
 
 static int is_word_char(unsigned char c) {
@@ -705,15 +825,13 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         PyUnicode_GET_LENGTH(user) > MAX_ID_CHARS || is_strip_space(PyUnicode_1BYTE_DATA(user)[0]) ||
         is_strip_space(PyUnicode_1BYTE_DATA(user)[PyUnicode_GET_LENGTH(user) - 1]))
         goto done;
-    PyObject *results = PyTuple_GET_ITEM(usual, 8);
+    PyObject *lexicon = PyTuple_GET_ITEM(usual, 4), *results = PyTuple_GET_ITEM(usual, 5);
     const unsigned char *classes;
     const uint16_t *table;
     Py_ssize_t width;
-    if (!PyTuple_Check(results) || PyTuple_GET_SIZE(results) != 2 ||
+    if (!PyObject_TypeCheck(lexicon, &LexiconType) || !PyTuple_Check(results) || PyTuple_GET_SIZE(results) != 2 ||
         read_table(PyTuple_GET_ITEM(usual, 0), PyTuple_GET_ITEM(usual, 1), PyTuple_GET_ITEM(usual, 2), "read_request",
-                   &classes, &table, &width) < 0 ||
-        check_analysis_args(PyTuple_GET_ITEM(usual, 4), PyTuple_GET_ITEM(usual, 5), PyTuple_GET_ITEM(usual, 6),
-                            "read_request") < 0)
+                   &classes, &table, &width) < 0)
         goto done;
     int verdict = quiet_verdict(message, classes, table, width, PyTuple_GET_ITEM(usual, 2), PyTuple_GET_ITEM(usual, 3));
     if (verdict == -2)
@@ -725,8 +843,7 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         goto done;
     for (Py_ssize_t i = 0; i < length; i++)
         folded[i] = (m[i] >= 'A' && m[i] <= 'Z') ? (unsigned char)(m[i] + 32) : m[i];
-    analysis = analysis_of(folded, length, PyTuple_GET_ITEM(usual, 4), PyTuple_GET_ITEM(usual, 5),
-                           PyTuple_GET_ITEM(usual, 6), PyTuple_GET_ITEM(usual, 7));
+    analysis = analysis_of(folded, length, (LexiconObject *)lexicon);
     if (analysis != NULL)
         out = PyTuple_Pack(6, raw, body, message, user, verdict < 0 ? Py_None : PyTuple_GET_ITEM(results, verdict),
                            analysis);
@@ -748,8 +865,8 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
     if (max_body == -1 && PyErr_Occurred())
         return NULL;
     if (!PyDict_Check(environ) || !PyAnySet_Check(content_types) || (user_key != Py_None && !PyUnicode_Check(user_key)) ||
-        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) != 9 && PyTuple_GET_SIZE(usual) != 0)))) {
-        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 9-tuple, () or None");
+        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) != 6 && PyTuple_GET_SIZE(usual) != 0)))) {
+        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 6-tuple, () or None");
         return NULL;
     }
     if (usual != Py_None && PyTuple_GET_SIZE(usual) == 0)
@@ -794,7 +911,7 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
 
 static PyMethodDef methods[] = {
     {"ascii_analysis", (PyCFunction)(void (*)(void))ascii_analysis, METH_FASTCALL,
-     "ascii_analysis(folded, stopwords, by_stem, word_phrases, empty) -> (tokens, topics)"},
+     "ascii_analysis(folded, lexicon) -> (tokens, topics)"},
     {"marked_lower", marked_lower, METH_O, "marked_lower(text) -> the ASCII text folded and marked"},
     {"scan_marked", (PyCFunction)(void (*)(void))scan_marked, METH_FASTCALL,
      "scan_marked(text, classes, table, outputs) -> the needles in marked_lower(text)"},
@@ -820,5 +937,10 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
     }
-    return PyModule_Create(&module);
+    if (PyType_Ready(&LexiconType) < 0)
+        return NULL;
+    PyObject *created = PyModule_Create(&module);
+    if (created != NULL && PyModule_AddObjectRef(created, "Lexicon", (PyObject *)&LexiconType) < 0)
+        Py_CLEAR(created);
+    return created;
 }

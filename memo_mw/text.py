@@ -12,6 +12,7 @@ import json
 import os
 import re
 import unicodedata
+from typing import Any
 
 import regex
 
@@ -132,9 +133,15 @@ def tokens(text: str) -> frozenset[str]:
     text = nfkc(text).casefold()
     if text.isascii():
         if _speedups is not None:  # the same tokens, in C (memo_mw/_speedups.c)
-            return _speedups.ascii_analysis(text, STOPWORDS, None, None, None)[0]
+            return _speedups.ascii_analysis(text, _stopwords_lexicon())[0]
         return ascii_tokens(text)[0]
     return _any_tokens(text)
+
+
+@functools.lru_cache(maxsize=None)
+def _stopwords_lexicon() -> Any:
+    """The stopwords as memo_mw._speedups.ascii_analysis() reads them (made once)."""
+    return _speedups.Lexicon(STOPWORDS, None, None, None)
 
 
 def ascii_tokens(folded: str) -> tuple[frozenset[str], list[str]]:

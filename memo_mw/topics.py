@@ -12,6 +12,7 @@ English phrase matches as a phrase.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import regex
 
@@ -65,11 +66,14 @@ class TopicTagger:
         #: ``analyse(text)``, not cached: for a text read once (a new message, whose analysis the
         #: caller passes on), which would only push out of the cache the texts read again.
         self.analyse_once = self._analyse
+        self._lexicon: Any = None  # c_lexicon(), made on first use
 
-    def analysis_args(self) -> tuple:
-        """The last four arguments of memo_mw._speedups.ascii_analysis() for this tagger (its
-        analysis of a case-folded ASCII text, as _analyse makes it)."""
-        return STOPWORDS, self._by_stem, self._word_phrases, _NO_TOPICS
+    def c_lexicon(self) -> Any:
+        """The words this tagger looks up as memo_mw._speedups.ascii_analysis() reads them (a
+        Lexicon of the stopwords, the stems and the phrases' first words), or None without it."""
+        if self._lexicon is None and _text._speedups is not None:
+            self._lexicon = _text._speedups.Lexicon(STOPWORDS, self._by_stem, self._word_phrases, _NO_TOPICS)
+        return self._lexicon
 
     def lexicon(self) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
         """The lexicons as this tagger reads them: each English word's stem with its topics, and
@@ -87,8 +91,7 @@ class TopicTagger:
         if folded.isascii():
             speedups = _text._speedups
             if speedups is not None:  # what follows for an ASCII text, in C (memo_mw/_speedups.c)
-                # (analysis_args(), without the call)
-                return speedups.ascii_analysis(folded, STOPWORDS, self._by_stem, self._word_phrases, _NO_TOPICS)
+                return speedups.ascii_analysis(folded, self._lexicon or self.c_lexicon())
             text_tokens, words = ascii_tokens(folded)
             if "'" in folded:  # "what's": "what", "s"
                 words = list(filter(None, "'".join(words).split("'")))

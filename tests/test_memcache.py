@@ -196,6 +196,7 @@ def test_a_request_reads_its_message_once_for_counts_and_recall(db, monkeypatch)
     inner = text._speedups
     counting = types.SimpleNamespace(**{name: getattr(inner, name) for name in dir(inner) if not name.startswith("__")})
     counting.ascii_analysis = lambda folded, *args: read.append(folded) or inner.ascii_analysis(folded, *args)
+    counting.Lexicon = inner.Lexicon
     monkeypatch.setattr(text, "_speedups", counting)
     if middleware_module._read_request is not None:  # the usual request is read, and analysed, in one call
 

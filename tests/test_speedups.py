@@ -68,7 +68,7 @@ def python_analysis(tagger: TopicTagger, sample: str):
 @given(ASCII)
 def test_tokens_are_the_pythons(sample):
     folded = sample.casefold()
-    assert speedups.ascii_analysis(folded, text.STOPWORDS, None, None, None) == (text.ascii_tokens(folded)[0], None)
+    assert speedups.ascii_analysis(folded, text._stopwords_lexicon()) == (text.ascii_tokens(folded)[0], None)
     with python_only():
         expected = text.tokens.__wrapped__(sample)
     assert text.tokens.__wrapped__(sample) == expected
@@ -241,23 +241,37 @@ def test_other_lexicons_agree(lexicon):
 
 
 def test_no_topics_is_the_shared_empty_set():
-    tokens, topics = speedups.ascii_analysis("zebra here", text.STOPWORDS, TAGGER._by_stem, TAGGER._word_phrases,
-                                             _NO_TOPICS)
+    tokens, topics = speedups.ascii_analysis("zebra here", TAGGER.c_lexicon())
     assert tokens == {"zebra"} and topics is _NO_TOPICS
 
 
+def test_a_lexicon_holds_only_what_an_ascii_text_can_meet():
+    """Words not in ASCII, and keys that are no str, cannot be an ASCII text's word: left out, the
+    rest found as the sets and dicts it was made of say."""
+    lexicon = speedups.Lexicon(frozenset({"the", "的", 7}), {"tea": frozenset({"drink"}), "茶": frozenset({"drink"})},
+                               {"ice": [(("ice", "cream"), frozenset({"food"}))]}, _NO_TOPICS)
+    assert speedups.ascii_analysis("the teas, ice cream 7", lexicon) == (
+        frozenset({"tea", "ice", "cream"}), frozenset({"drink", "food"}))
+    assert speedups.ascii_analysis("the 7 x", lexicon) == (frozenset(), _NO_TOPICS)
+
+
 def test_what_it_cannot_read_is_a_clear_error():
+    lexicon = text._stopwords_lexicon()
     with pytest.raises(ValueError, match="ASCII"):
-        speedups.ascii_analysis("我喜欢", text.STOPWORDS, None, None, None)
+        speedups.ascii_analysis("我喜欢", lexicon)
     with pytest.raises(ValueError, match="ASCII"):
         speedups.marked_lower("café")
     with pytest.raises(TypeError):
-        speedups.ascii_analysis("x", ["not", "a", "set"], None, None, None)
+        speedups.Lexicon(["not", "a", "set"], None, None, None)
+    with pytest.raises(TypeError):  # topics need their empty set, and the other way round
+        speedups.Lexicon(text.STOPWORDS, {}, None, None)
     with pytest.raises(TypeError):
-        speedups.ascii_analysis("ice cream", text.STOPWORDS, {}, {"ice": "not a list"}, _NO_TOPICS)
+        speedups.ascii_analysis("ice cream", speedups.Lexicon(text.STOPWORDS, {}, {"ice": "not a list"}, _NO_TOPICS))
     with pytest.raises(TypeError):
         speedups.ascii_analysis("x")
+    with pytest.raises(TypeError, match="Lexicon"):
+        speedups.ascii_analysis("x", text.STOPWORDS)
     with pytest.raises(TypeError, match="str"):
-        speedups.ascii_analysis(b"bytes", text.STOPWORDS, None, None, None)
+        speedups.ascii_analysis(b"bytes", lexicon)
     with pytest.raises(TypeError, match="str"):
         speedups.marked_lower(None)
