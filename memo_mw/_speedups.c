@@ -768,14 +768,13 @@ static int plain_length(PyObject *environ, PyObject *content_types, Py_ssize_t *
         return 0;
     if (PyErr_Occurred() || (value = PyDict_GetItemWithError(environ, s_content_length)) == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value) || PyUnicode_GET_LENGTH(value) == 0 ||
-        PyUnicode_GET_LENGTH(value) > 18)
+    if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value) || PyUnicode_GET_LENGTH(value) == 0)
         return 0;
     const unsigned char *digits = PyUnicode_1BYTE_DATA(value);
     *length = 0;
     for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(value); i++) {
-        if (digits[i] < '0' || digits[i] > '9')
-            return 0;
+        if (digits[i] < '0' || digits[i] > '9' || *length > (PY_SSIZE_T_MAX - 9) / 10)
+            return 0;  /* not plain digits, or more than a Py_ssize_t holds: Python reads it */
         *length = *length * 10 + (digits[i] - '0');
     }
     return 1;
@@ -804,7 +803,7 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
     Py_DECREF(text);
     if (scanned == NULL)
         return NULL;
-    PyObject *out = NULL, *analysis = NULL;
+    PyObject *out = NULL, *analysis = NULL, *user = NULL;
     unsigned char *folded = NULL;
     if (!PyTuple_Check(scanned) || PyTuple_GET_SIZE(scanned) != 2 || !PyDict_CheckExact(PyTuple_GET_ITEM(scanned, 0)))
         goto done;
@@ -820,11 +819,14 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
     if (message != NULL || PyErr_Occurred() || (message = PyDict_GetItemWithError(body, s_message)) == NULL ||
         !PyUnicode_CheckExact(message) || !PyUnicode_IS_ASCII(message) || PyUnicode_GET_LENGTH(message) == 0)
         goto done;
-    PyObject *user = PyDict_GetItemWithError(environ, user_key);
+    user = PyDict_GetItemWithError(environ, user_key);
     if (user == NULL || !PyUnicode_CheckExact(user) || !PyUnicode_IS_ASCII(user) || PyUnicode_GET_LENGTH(user) == 0 ||
         PyUnicode_GET_LENGTH(user) > MAX_ID_CHARS || is_strip_space(PyUnicode_1BYTE_DATA(user)[0]) ||
-        is_strip_space(PyUnicode_1BYTE_DATA(user)[PyUnicode_GET_LENGTH(user) - 1]))
+        is_strip_space(PyUnicode_1BYTE_DATA(user)[PyUnicode_GET_LENGTH(user) - 1])) {
+        user = NULL;
         goto done;
+    }
+    Py_INCREF(user);  /* held: what follows makes objects, and a collection may run code that changes environ */
     PyObject *lexicon = PyTuple_GET_ITEM(usual, 4), *results = PyTuple_GET_ITEM(usual, 5);
     const unsigned char *classes;
     const uint16_t *table;
@@ -850,6 +852,7 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
 done:
     PyMem_Free(folded);
     Py_XDECREF(analysis);
+    Py_XDECREF(user);
     Py_DECREF(scanned);
     return out;
 }
@@ -861,9 +864,11 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
-    Py_ssize_t max_body = PyLong_AsSsize_t(args[2]), length;
-    if (max_body == -1 && PyErr_Occurred())
-        return NULL;
+    Py_ssize_t max_body = PyLong_CheckExact(args[2]) ? PyLong_AsSsize_t(args[2]) : -1, length;
+    if (max_body < 0) {  /* a cap that is no plain int, or past a Py_ssize_t: Python reads the request */
+        PyErr_Clear();
+        return Py_NewRef(Py_False);
+    }
     if (!PyDict_Check(environ) || !PyAnySet_Check(content_types) || (user_key != Py_None && !PyUnicode_Check(user_key)) ||
         (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) != 6 && PyTuple_GET_SIZE(usual) != 0)))) {
         PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 6-tuple, () or None");
@@ -899,9 +904,14 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
     }
     if (PyBytes_GET_SIZE(raw) != length)
         return raw;
-    /* Read: from here on nothing fails, whatever happens the body goes back to the caller. */
+    /* Read: from here on nothing fails, whatever happens the body goes back to the caller (but for
+     * what is no Exception, as a KeyboardInterrupt in the JSON scanner's hooks: that goes on up). */
     PyObject *parts = usual_parts(environ, raw, user_key, scan, usual);
     if (parts == NULL) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
+            Py_DECREF(raw);
+            return NULL;
+        }
         PyErr_Clear();
         return raw;
     }

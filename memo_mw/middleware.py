@@ -162,8 +162,49 @@ class MemoryMiddleware:
         if environ.get("REQUEST_METHOD") == "POST" and environ.get("PATH_INFO") in self.paths:
             environ[ENVIRON_MEMORIES] = []
             try:
-                self._intercept(environ)
-            except Exception:  # _intercept handles its own failures; this is the last net
+                # Read the body, handle the turn, and leave a body the app can read, whatever
+                # happens (here, not in a method of its own: one Python call fewer a request).
+                funnel = self.funnel
+                if self._reloading:  # ReloadingFunnel.check()'s common case inline (process() makes it too)
+                    if not 0 <= funnel.clock() - funnel._checked < funnel.interval:
+                        funnel.check()
+                    funnel = funnel._funnel
+                try:
+                    # The usual request read, parsed and looked at in one call
+                    # (memo_mw._speedups.read_request), which answers False where Python must read it.
+                    got = _read_request(environ, _PLAIN_JSON, self.max_body,
+                                        self.user_header_key if self.get_user is None else None, _SCAN,
+                                        funnel._usual if funnel._usual is not None else funnel.usual_args()
+                                        ) if _read_request is not None else False
+                    if got is False:
+                        got = self._read_body(environ)
+                except Exception:  # nothing was read (or nothing can be put back): leave the request alone
+                    log.exception("memo-mw: could not read the request body; request passed through")
+                    got = None
+                if got is not None:
+                    parts = got if type(got) is tuple else None
+                    raw = got if parts is None else parts[0]
+                    content_length = environ.get("CONTENT_LENGTH")
+                    if self.get_user is not None:
+                        environ["wsgi.input"] = io.BytesIO(raw)  # readable again by get_user (the app's: below)
+                    new_raw = None
+                    try:
+                        # A short body is a broken request: the app should see it as it is.
+                        if parts is not None or len(raw) == self._body_length(environ):
+                            new_raw = self._handle(environ, raw, parts)
+                    except Exception:  # never break the chat: log and let the request through as it is
+                        log.exception("memo-mw: memory step failed; request passed through unchanged")
+                        environ[ENVIRON_MEMORIES] = []
+                        environ.pop(ENVIRON_BLOCK, None)
+                    finally:
+                        # Also undoes a get_user that read or replaced the body.
+                        if new_raw is None:
+                            environ["wsgi.input"] = io.BytesIO(raw)
+                            environ["CONTENT_LENGTH"] = content_length
+                        else:
+                            environ["wsgi.input"] = io.BytesIO(new_raw)
+                            environ["CONTENT_LENGTH"] = str(len(new_raw))
+            except Exception:  # the steps handle their own failures; this is the last net
                 log.exception("memo-mw: memory step failed; request passed through")
         # The app's own response iterable, as is: the server calls its close().
         return self.app(environ, start_response)
@@ -200,50 +241,6 @@ class MemoryMiddleware:
             if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
                 return False  # JSON is UTF-8; a body declared otherwise is not ours to rewrite
         return True
-
-    def _intercept(self, environ: dict) -> None:
-        """Read the body, handle the turn, and leave a body the app can read, whatever happens."""
-        funnel = self.funnel
-        if self._reloading:  # ReloadingFunnel.check()'s common case inline (process() makes it too)
-            if not 0 <= funnel.clock() - funnel._checked < funnel.interval:
-                funnel.check()
-            funnel = funnel._funnel
-        try:
-            # The usual request read, parsed and looked at in one call (memo_mw._speedups.read_request),
-            # which answers False where Python must read it.
-            got = _read_request(environ, _PLAIN_JSON, self.max_body,
-                                self.user_header_key if self.get_user is None else None, _SCAN,
-                                funnel._usual if funnel._usual is not None else funnel.usual_args()
-                                ) if _read_request is not None else False
-            if got is False:
-                got = self._read_body(environ)
-        except Exception:  # nothing was read (or nothing can be put back): leave the request alone
-            log.exception("memo-mw: could not read the request body; request passed through")
-            return
-        if got is None:
-            return
-        parts = got if type(got) is tuple else None
-        raw = got if parts is None else parts[0]
-        content_length = environ.get("CONTENT_LENGTH")
-        if self.get_user is not None:
-            environ["wsgi.input"] = io.BytesIO(raw)  # readable again by get_user (the app's is made below)
-        new_raw = None
-        try:
-            # A short body is a broken request: the app should see it as it is.
-            if parts is not None or len(raw) == self._body_length(environ):
-                new_raw = self._handle(environ, raw, parts)
-        except Exception:  # never break the chat: log and let the request through as it is
-            log.exception("memo-mw: memory step failed; request passed through unchanged")
-            environ[ENVIRON_MEMORIES] = []
-            environ.pop(ENVIRON_BLOCK, None)
-        finally:
-            # Also undoes a get_user that read or replaced the body.
-            if new_raw is None:
-                environ["wsgi.input"] = io.BytesIO(raw)
-                environ["CONTENT_LENGTH"] = content_length
-            else:
-                environ["wsgi.input"] = io.BytesIO(new_raw)
-                environ["CONTENT_LENGTH"] = str(len(new_raw))
 
     def _read_body(self, environ: dict) -> bytes | None:
         """The body when it is ours to read (as much of it as comes), else None."""
@@ -418,7 +415,8 @@ class MemoryMiddleware:
             if len(self._views) >= _VIEWS_KEPT:
                 self._views.clear()
             # The copy by weak reference: the memory cache alone decides how long it is kept.
-            quick = type(copy) is UserMemories and not copy.always and not (state.pending or state.forgets or state.shown)
+            quick = type(copy) is UserMemories and not copy.always and \
+                not (state.pending or state.forgets or state.shown)
             self._views[user_id] = _UserView(stamp, until, state, weakref.ref(copy), tuple(profile), quick)
         return memories, profile, state
 

@@ -201,10 +201,23 @@ def test_what_it_cannot_read_is_a_clear_error(middleware):
 def test_without_the_extension_the_python_code_reads_every_request(middleware, monkeypatch):
     monkeypatch.setattr(middleware_module, "_read_request", None)
     seen = []
-    middleware.app = lambda environ, start_response: seen.append(environ["wsgi.input"].read()) or []
+    middleware.app = lambda environ, start_response: seen.append(
+        (environ["wsgi.input"].read(), environ.get("memo.capture"))) or []
     body = b'{"message": "what is the weather like today?"}'
     middleware(environ_of(body), lambda *a: None)
-    assert seen == [body]
+    assert seen == [(body, "no_trigger")]  # read and looked at by the Python code
+
+
+@pytest.mark.parametrize("max_body", [1e6, 10 ** 30, True])
+def test_a_cap_that_is_no_plain_int_leaves_the_read_to_python(middleware, max_body, monkeypatch):
+    """A max_body from a config file may be a float or any int: the request is read all the same."""
+    assert c_read(middleware, environ_of(b'{"message": "hi there"}')) != False  # noqa: E712
+    monkeypatch.setattr(middleware, "max_body", max_body)
+    assert c_read(middleware, environ_of(b'{"message": "hi there"}')) is False
+    seen = []
+    middleware.app = lambda environ, start_response: seen.append(environ.get("memo.capture")) or []
+    middleware(environ_of(b'{"message": "what is the weather like today?"}'), lambda *a: None)
+    assert seen == (["no_trigger"] if max_body is not True else [None])  # True: a cap of one byte
 
 
 CONVERSATION = [
@@ -239,3 +252,82 @@ def test_a_conversation_goes_as_it_goes_in_python(tmp_path, monkeypatch):
     monkeypatch.setattr(middleware_module, "_read_request", None)
     assert run(tmp_path / "python.db") == with_c
     assert any(memories for _, _, memories, _ in with_c)  # something was recalled
+
+
+def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, monkeypatch):
+    """With Redis (a user-state listener: the user's view is kept, the topic counts are appended to
+    the state's notes), a user with stored memories asks the same questions through the one-call
+    read and through the Python code alone: the same memories come back, and the same counts are
+    noted; the view's quick answer (nothing to recall) is taken for most of them."""
+    from memo_mw.pipeline import remember_payload
+    from memo_mw.store import Store
+
+    from .conftest import wait_until
+
+    questions = ["what is the weather like in town 12 today?", "any tea tips?", "which tea goes with cake?",
+                 "tell me about jazz", "what should I cook tonight?", "do you know any good hiking trails?",
+                 "what is the capital of France?", "coffee or tea this morning?", "recommend a song",
+                 "where should I go this weekend?"]  # (the last two share a topic with a memory, no word)
+
+    def run(name):
+        db = str(tmp_path / f"{name}.db")
+        seen = []
+        middleware = MemoryMiddleware(lambda environ, start_response: seen.append(
+            [m["content"] for m in environ["memo.memories"]]) or [], db=db, redis_url=redis_url,
+            queue_name=f"q-{name}", rules_reload_interval=0)
+        with Store(db) as store:
+            for i, statement in enumerate(["I like green tea", "I like jazz", "I love hiking in the alps"]):
+                result = middleware.funnel.process(statement)
+                store.remember(remember_payload(result, user_id="alice", session_id="s", ts=1_700_000_000 + i,
+                                                message_id=None, time_key=i))
+        state = middleware.queue.backend.state
+        assert wait_until(lambda: middleware(environ_of(b'{"message": "hello there"}'), lambda *a: None) == []
+                          and state.listening)
+        quick = []
+        for question in questions:
+            views = dict(middleware._views)
+            middleware(environ_of(json.dumps({"message": question}).encode()), lambda *a: None)
+            view = views.get("alice")
+            quick.append(view is not None and view.quick and view is middleware._views.get("alice"))
+        notes = [names for _, _, names in state.inner._notes]
+        middleware.queue.close()
+        return seen[-len(questions):], notes[-len(questions):], quick
+
+    with_c = run("c")
+    with monkeypatch.context() as slow:
+        slow.setattr(middleware_module, "UserMemories", type("NoQuickAnswer", (), {}))  # no view answers quick
+        recalled = run("recall")
+    monkeypatch.setattr(middleware_module, "_read_request", None)
+    python = run("python")
+    assert python[:2] == with_c[:2] == recalled[:2]
+    assert any(with_c[0]) and sum(with_c[2]) >= len(questions) // 2  # recalled something; views answered
+    assert not any(recalled[2])
+
+
+def test_topic_counts_wait_while_redis_is_down(db, redis_url):
+    """The request appends its counts to the state's notes only while the breaker lets Redis calls
+    through (as the state's note_topics() does): none are kept for a Redis that does not answer."""
+    middleware = MemoryMiddleware(lambda environ, start_response: [], db=db, redis_url=redis_url,
+                                  rules_reload_interval=0)
+    redis_state = middleware.queue.backend.state.inner
+    breaker = middleware.queue.breaker
+
+    def noted():  # appended, and added up by the user-state reads since
+        return len(redis_state._notes) + sum(n for counts in redis_state._noted.values() for n in counts.values())
+
+    def ask():
+        before = noted()
+        middleware(environ_of(b'{"message": "what is the weather like today?"}'), lambda *a: None)
+        return noted() - before
+
+    from .conftest import wait_until
+
+    # The user's view kept (the listener subscribed): no state read sends the counts meanwhile.
+    assert wait_until(lambda: ask() is not None and middleware.queue.backend.state.listening)
+    ask()
+    assert ask() == 1
+    breaker.failure()  # open: Redis is skipped
+    assert not breaker.closed and ask() == 0
+    breaker.success()
+    assert ask() == 1
+    middleware.queue.close()
