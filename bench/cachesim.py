@@ -10,7 +10,9 @@ L2), and for each of ``--n`` requests (figure 1's, a new message each) the simul
 first flushed by writing ``--evict-mb`` MiB: under gunicorn each request finds the caches as the
 server's other work left them, which is what makes the same Python cost twice its in-process time
 there. Only the requests are counted (``--toggle-collect``); time-based expiries are set to an
-hour and the garbage collector is off while counting, so that what runs is the request alone.
+hour and the garbage collector is off while counting, so that what runs is the request alone; the
+hash seed is fixed (PYTHONHASHSEED=0: where dicts and sets put their keys, and so which cache lines
+a lookup reads, moves with it by a few dozen misses a request), so that two runs compare code.
 
 Prints, a request, the wrapped app's extra instructions, L1 misses and last-level misses over the
 bare app's, and their total. Needs valgrind (Debian's package).
@@ -75,7 +77,7 @@ def measure(which: str, args: argparse.Namespace, folder: str) -> dict[str, int]
                     "--toggle-collect=functools_reduce", f"--callgrind-out-file={folder}/{which}.out",
                     f"--log-file={log}", sys.executable, __file__, "--run", which, "--n", str(args.n),
                     "--evict-mb", str(args.evict_mb)], check=True, cwd=ROOT,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL)
+                   env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": "0"}, stdout=subprocess.DEVNULL)
     text = log.read_text()
     return {name: int(re.search(pattern, text).group(1).replace(",", "")) for name, pattern in COUNTS.items()}
 
@@ -85,6 +87,8 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=200, help="requests counted")
     parser.add_argument("--evict-mb", type=int, default=8, help="MiB written before each request (0: none)")
     parser.add_argument("--l2-kb", type=int, default=1024, help="the simulated last-level cache, KiB")
+    parser.add_argument("--keep", metavar="DIR", help="keep callgrind's files (bare.out, memo.out) here, "
+                        "for callgrind_annotate")
     parser.add_argument("--run", choices=["bare", "memo"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run:
@@ -94,6 +98,9 @@ def main() -> int:
         print("valgrind is not installed (apt-get install valgrind)")
         return 1
     with tempfile.TemporaryDirectory(prefix="memo-cachesim-") as folder:
+        if args.keep:
+            folder = args.keep
+            os.makedirs(folder, exist_ok=True)
         bare, memo = (measure(which, args, folder) for which in ("bare", "memo"))
     print(f"figure 1's request, {args.n} counted, {args.evict_mb} MiB written before each; a request:")
     for name in COUNTS:

@@ -24,9 +24,10 @@
  *       must read it (before anything is read: an unusual content type, encoding or length), None when
  *       the body is not the middleware's to read (an empty one or one above max_body), else the body
  *       read from wsgi.input (read's own errors raised), and for the usual request its parts:
- *       (body bytes, the JSON object, its "message", the user id from the header user_key (None:
- *       no header id wanted), the funnel's result for the message (usual[8][quiet verdict], None
- *       when it must look closer), the message's ascii_analysis). usual is Funnel.usual_args():
+ *       (body bytes, the JSON object or None (a body read in place, its message found without
+ *       making its objects: json.loads(body) gives it), its "message", the user id from the header
+ *       user_key (None: no header id wanted), the funnel's result for the message (usual[5][quiet
+ *       verdict], None when it must look closer), the message's ascii_analysis). usual is Funnel.usual_args():
  *       quiet()'s four arguments, the tagger's Lexicon, the results of the two quiet verdicts;
  *       None or (): only the body is read. Whatever fails after the read gives the body.
  */
@@ -780,6 +781,176 @@ static int plain_length(PyObject *environ, PyObject *content_types, Py_ssize_t *
     return 1;
 }
 
+/* -- the usual body's "message", without making the body's objects --------------------------- */
+
+/* Deepest nesting plain_json() follows (deeper: the scanner's to read). */
+#define PLAIN_JSON_DEPTH 32
+
+/* What plain_json() found: the value of the body's last "message" key (the one json.loads keeps). */
+typedef struct {
+    Py_ssize_t start, end;  /* the message's string, quotes included; start -1: no "message" key */
+    int escaped;            /* it holds an escape */
+    int string;             /* it is a string */
+    int messages;           /* the body has a "messages" key */
+} plain_found;
+
+static Py_ssize_t json_space_end(const unsigned char *b, Py_ssize_t i, Py_ssize_t n) {
+    while (i < n && is_json_space(b[i]))
+        i++;
+    return i;
+}
+
+/* The end of the JSON string at b[i] (a quote), as the json module's strict scanner reads it: the
+ * index after its closing quote, or -1 where the scanner would refuse it (a control character, a
+ * bad escape, no end). *escaped set when it holds an escape. */
+static Py_ssize_t json_string_end(const unsigned char *b, Py_ssize_t i, Py_ssize_t n, int *escaped) {
+    *escaped = 0;
+    for (i++; i < n; i++) {
+        unsigned char c = b[i];
+        if (c == '"')
+            return i + 1;
+        if (c < 0x20)
+            return -1;
+        if (c == '\\') {
+            *escaped = 1;
+            if (++i >= n)
+                return -1;
+            c = b[i];
+            if (c == 'u') {
+                for (int k = 1; k <= 4; k++) {
+                    unsigned char h = i + k < n ? b[i + k] : 0;
+                    if (!((h >= '0' && h <= '9') || (h >= 'a' && h <= 'f') || (h >= 'A' && h <= 'F')))
+                        return -1;
+                }
+                i += 4;
+            } else if (c == 0 || !strchr("\"\\/bfnrt", c)) {
+                return -1;
+            }
+        }
+    }
+    return -1;
+}
+
+/* The end of the JSON value at b[i] (after any space), or -1 where plain_json() leaves the body to
+ * the scanner: JSON the scanner refuses, and what is left to it to be sure (a number with a
+ * fraction or exponent or of more than 18 digits, a key with an escape at the top, nesting past
+ * PLAIN_JSON_DEPTH). At depth 0 (the body itself) only an object is taken, and its "message" and
+ * "messages" keys are noted in found. */
+static Py_ssize_t json_value_end(const unsigned char *b, Py_ssize_t i, Py_ssize_t n, int depth,
+                                 plain_found *found) {
+    int escaped;
+    if (i >= n)
+        return -1;
+    unsigned char c = b[i];
+    if (depth == 0 && c != '{')
+        return -1;
+    if (c == '"')
+        return json_string_end(b, i, n, &escaped);
+    if (c == '{' || c == '[') {
+        if (depth >= PLAIN_JSON_DEPTH)
+            return -1;
+        unsigned char close = c == '{' ? '}' : ']';
+        i = json_space_end(b, i + 1, n);
+        if (i < n && b[i] == close)
+            return i + 1;
+        for (;;) {
+            Py_ssize_t value;
+            if (c == '{') {  /* "key": value */
+                if (i >= n || b[i] != '"')
+                    return -1;
+                Py_ssize_t key = i, key_end = json_string_end(b, i, n, &escaped);
+                if (key_end < 0 || (depth == 0 && escaped))
+                    return -1;
+                i = json_space_end(b, key_end, n);
+                if (i >= n || b[i] != ':')
+                    return -1;
+                value = json_space_end(b, i + 1, n);
+                if ((i = json_value_end(b, value, n, depth + 1, found)) < 0)
+                    return -1;
+                if (depth == 0 && key_end - key == 9 && memcmp(b + key, "\"message\"", 9) == 0) {
+                    found->start = value;
+                    found->end = i;
+                    found->string = b[value] == '"';
+                    found->escaped = found->string && json_string_end(b, value, n, &escaped) > 0 && escaped;
+                } else if (depth == 0 && key_end - key == 10 && memcmp(b + key, "\"messages\"", 10) == 0) {
+                    found->messages = 1;
+                }
+            } else if ((i = json_value_end(b, i, n, depth + 1, found)) < 0) {
+                return -1;
+            }
+            i = json_space_end(b, i, n);
+            if (i < n && b[i] == ',') {
+                i = json_space_end(b, i + 1, n);
+                continue;
+            }
+            return i < n && b[i] == close ? i + 1 : -1;
+        }
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {  /* an integer: -?(0|[1-9][0-9]*) */
+        Py_ssize_t digits = i + (c == '-');
+        if (digits >= n || b[digits] < '0' || b[digits] > '9')
+            return -1;
+        Py_ssize_t end = digits + 1;
+        if (b[digits] != '0') {
+            while (end < n && b[end] >= '0' && b[end] <= '9')
+                end++;
+        }
+        if (end - digits > 18 || (end < n && (b[end] == '.' || b[end] == 'e' || b[end] == 'E')))
+            return -1;
+        return end;
+    }
+    static const char *const literals[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++) {
+        Py_ssize_t m = (Py_ssize_t)strlen(literals[k]);
+        if (n - i >= m && memcmp(b + i, literals[k], (size_t)m) == 0)
+            return i + m;
+    }
+    return -1;
+}
+
+/* The usual body's message, read without making the body's objects: 1 and *message (a new
+ * reference) when the body (ASCII, starting with '{') is one JSON object, with nothing but space
+ * after it, that json.loads reads to a dict with no "messages" key and a "message" that is a
+ * non-empty str; 0 when it surely is not; -1 when the scanner must tell (see json_value_end(); also
+ * a message with a \u escape); -2 on error. */
+static int plain_json(const unsigned char *b, Py_ssize_t n, PyObject **message) {
+    plain_found found = {-1, -1, 0, 0, 0};
+    Py_ssize_t end = json_value_end(b, 0, n, 0, &found);
+    if (end < 0 || json_space_end(b, end, n) != n)
+        return -1;
+    if (found.messages || found.start < 0 || !found.string || found.end - found.start <= 2)
+        return 0;
+    const unsigned char *s = b + found.start + 1;
+    Py_ssize_t length = found.end - found.start - 2;
+    if (!found.escaped)
+        return (*message = ascii_str(s, length)) == NULL ? -2 : 1;
+    PyObject *out = PyUnicode_New(length, 127);  /* at most this long; shortened below */
+    if (out == NULL)
+        return -2;
+    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        unsigned char c = s[i];
+        if (c == '\\') {
+            if ((c = s[++i]) == 'u') {
+                Py_DECREF(out);
+                return -1;  /* a \u escape: the scanner decodes it */
+            }
+            c = c == 'b' ? '\b' : c == 'f' ? '\f' : c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;
+        }
+        o[k++] = c;
+    }
+    if (k != length) {
+        PyObject *shorter = ascii_str(o, k);
+        Py_DECREF(out);
+        out = shorter;
+        if (out == NULL)
+            return -2;
+    }
+    *message = out;
+    return 1;
+}
+
 /* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's
  * result or None, the message's analysis), or NULL (with or without an error set) for anything else:
  * a body that is not ASCII, not one JSON object starting at its first byte, an OpenAI body, a message
@@ -793,32 +964,43 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         if (b[i] & 0x80)
             return NULL;
     }
-    PyObject *text = ascii_str(b, n);
-    if (text == NULL)
-        return NULL;
-    PyObject *argv[2] = {text, NULL};
-    argv[1] = PyLong_FromLong(0);
-    PyObject *scanned = argv[1] == NULL ? NULL : PyObject_Vectorcall(scan, argv, 2, NULL);
-    Py_XDECREF(argv[1]);
-    Py_DECREF(text);
-    if (scanned == NULL)
-        return NULL;
-    PyObject *out = NULL, *analysis = NULL, *user = NULL;
+    /* The body's message, read in place; where that cannot tell, the json module's scanner reads
+     * the body (and the body's object goes back to the caller, which would read it anyway). */
+    PyObject *out = NULL, *analysis = NULL, *user = NULL, *scanned = NULL, *body = Py_None, *message = NULL;
     unsigned char *folded = NULL;
-    if (!PyTuple_Check(scanned) || PyTuple_GET_SIZE(scanned) != 2 || !PyDict_CheckExact(PyTuple_GET_ITEM(scanned, 0)))
-        goto done;
-    Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(scanned, 1));
-    if (end < 0 || end > n)
-        goto done;
-    for (Py_ssize_t i = end; i < n; i++) {
-        if (!is_json_space(b[i]))
-            goto done;  /* extra data: decode() says what */
+    int plain = plain_json(b, n, &message);
+    if (plain == 0 || plain == -2)
+        return NULL;
+    if (plain < 0) {
+        PyObject *text = ascii_str(b, n);
+        if (text == NULL)
+            return NULL;
+        PyObject *argv[2] = {text, NULL};
+        argv[1] = PyLong_FromLong(0);
+        scanned = argv[1] == NULL ? NULL : PyObject_Vectorcall(scan, argv, 2, NULL);
+        Py_XDECREF(argv[1]);
+        Py_DECREF(text);
+        if (scanned == NULL)
+            return NULL;
+        if (!PyTuple_Check(scanned) || PyTuple_GET_SIZE(scanned) != 2 ||
+            !PyDict_CheckExact(PyTuple_GET_ITEM(scanned, 0)))
+            goto done;
+        Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(scanned, 1));
+        if (end < 0 || end > n)
+            goto done;
+        for (Py_ssize_t i = end; i < n; i++) {
+            if (!is_json_space(b[i]))
+                goto done;  /* extra data: decode() says what */
+        }
+        body = PyTuple_GET_ITEM(scanned, 0);
+        message = PyDict_GetItemWithError(body, s_messages);
+        if (message != NULL || PyErr_Occurred() || (message = PyDict_GetItemWithError(body, s_message)) == NULL ||
+            !PyUnicode_CheckExact(message) || !PyUnicode_IS_ASCII(message) || PyUnicode_GET_LENGTH(message) == 0) {
+            message = NULL;
+            goto done;
+        }
+        Py_INCREF(message);
     }
-    PyObject *body = PyTuple_GET_ITEM(scanned, 0);
-    PyObject *message = PyDict_GetItemWithError(body, s_messages);
-    if (message != NULL || PyErr_Occurred() || (message = PyDict_GetItemWithError(body, s_message)) == NULL ||
-        !PyUnicode_CheckExact(message) || !PyUnicode_IS_ASCII(message) || PyUnicode_GET_LENGTH(message) == 0)
-        goto done;
     user = PyDict_GetItemWithError(environ, user_key);
     if (user == NULL || !PyUnicode_CheckExact(user) || !PyUnicode_IS_ASCII(user) || PyUnicode_GET_LENGTH(user) == 0 ||
         PyUnicode_GET_LENGTH(user) > MAX_ID_CHARS || is_strip_space(PyUnicode_1BYTE_DATA(user)[0]) ||
@@ -853,7 +1035,8 @@ done:
     PyMem_Free(folded);
     Py_XDECREF(analysis);
     Py_XDECREF(user);
-    Py_DECREF(scanned);
+    Py_XDECREF(message);
+    Py_XDECREF(scanned);
     return out;
 }
 

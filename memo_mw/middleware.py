@@ -279,7 +279,8 @@ class MemoryMiddleware:
             message, result, analysis = turn.message, None, None
         else:  # the funnel's result for the usual message (None: it looks closer), and its analysis
             _, body, message, user_id, result, analysis = parts
-            turn = None  # read from the body where needed (an injection, a capture)
+            turn = None  # read from the body where needed (an injection, a capture); body None: read
+            # in place, the object made then
         now = self.clock()
         if result is None:
             try:
@@ -341,15 +342,17 @@ class MemoryMiddleware:
                     memories = []
             profile = list(view.profile) if view.profile else []
         else:
-            if forget:
-                turn = turn or _turn_of(body, raw)
+            if forget and turn is None:
+                turn, body = _turn_and_body(body, raw)
             ts = turn.ts if turn is not None and turn.ts is not None else now  # (read for a forget request)
             memories, profile, state = self._read_user(user_id, message, now, result, ts, forget, stamp, analysis)
 
         new_raw = None
         if memories or profile:
             block = format_block(memories, profile)
-            new_body = inject(body, turn or _turn_of(body, raw), block, field=self.inject_field)
+            if turn is None:
+                turn, body = _turn_and_body(body, raw)
+            new_body = inject(body, turn, block, field=self.inject_field)
             new_raw = json_utf8(new_body)
             environ[ENVIRON_MEMORIES] = memories
             environ[ENVIRON_BLOCK] = block
@@ -367,7 +370,8 @@ class MemoryMiddleware:
 
         if result is None or not (forget or result.candidates):
             return new_raw
-        turn = turn or _turn_of(body, raw)
+        if turn is None:
+            turn, body = _turn_and_body(body, raw)
         ts = turn.ts if turn.ts is not None else now
         if forget:
             # A job id, so a retried request does not queue the same forget twice.
@@ -499,6 +503,13 @@ def _turn_of(body: Any, raw: bytes) -> Turn | None:
     if turn is not None and raw.find(b"\\u") >= 0 and (raw.find(b"\\ud") >= 0 or raw.find(b"\\uD") >= 0):
         turn = _without_lone_surrogates(turn)
     return turn
+
+
+def _turn_and_body(body: Any, raw: bytes) -> tuple[Turn | None, Any]:
+    """The turn of a body and the body, parsed here when read_request() read it in place (None)."""
+    if body is None:
+        body = _decode(raw.decode("utf-8"))
+    return _turn_of(body, raw), body
 
 
 def _without_lone_surrogates(turn: Turn) -> Turn:
