@@ -788,9 +788,7 @@ static int plain_length(PyObject *environ, PyObject *content_types, Py_ssize_t *
 
 /* What plain_json() found: the value of the body's last "message" key (the one json.loads keeps). */
 typedef struct {
-    Py_ssize_t start, end;  /* the message's string, quotes included; start -1: no "message" key */
-    int escaped;            /* it holds an escape */
-    int string;             /* it is a string */
+    Py_ssize_t start, end;  /* the message's value; start -1: no "message" key */
     int messages;           /* the body has a "messages" key */
 } plain_found;
 
@@ -870,8 +868,6 @@ static Py_ssize_t json_value_end(const unsigned char *b, Py_ssize_t i, Py_ssize_
                 if (depth == 0 && key_end - key == 9 && memcmp(b + key, "\"message\"", 9) == 0) {
                     found->start = value;
                     found->end = i;
-                    found->string = b[value] == '"';
-                    found->escaped = found->string && json_string_end(b, value, n, &escaped) > 0 && escaped;
                 } else if (depth == 0 && key_end - key == 10 && memcmp(b + key, "\"messages\"", 10) == 0) {
                     found->messages = 1;
                 }
@@ -914,41 +910,37 @@ static Py_ssize_t json_value_end(const unsigned char *b, Py_ssize_t i, Py_ssize_
  * non-empty str; 0 when it surely is not; -1 when the scanner must tell (see json_value_end(); also
  * a message with a \u escape); -2 on error. */
 static int plain_json(const unsigned char *b, Py_ssize_t n, PyObject **message) {
-    plain_found found = {-1, -1, 0, 0, 0};
+    plain_found found = {-1, -1, 0};
     Py_ssize_t end = json_value_end(b, 0, n, 0, &found);
     if (end < 0 || json_space_end(b, end, n) != n)
         return -1;
-    if (found.messages || found.start < 0 || !found.string || found.end - found.start <= 2)
+    if (found.messages || found.start < 0 || b[found.start] != '"' || found.end - found.start <= 2)
         return 0;
     const unsigned char *s = b + found.start + 1;
     Py_ssize_t length = found.end - found.start - 2;
-    if (!found.escaped)
+    if (memchr(s, '\\', (size_t)length) == NULL)
         return (*message = ascii_str(s, length)) == NULL ? -2 : 1;
-    PyObject *out = PyUnicode_New(length, 127);  /* at most this long; shortened below */
-    if (out == NULL)
+    /* Its escapes decoded (json_string_end() checked them): each makes one character of two. */
+    unsigned char *decoded = PyMem_Malloc((size_t)length);
+    if (decoded == NULL) {
+        PyErr_NoMemory();
         return -2;
-    unsigned char *o = PyUnicode_1BYTE_DATA(out);
+    }
     Py_ssize_t k = 0;
     for (Py_ssize_t i = 0; i < length; i++) {
         unsigned char c = s[i];
         if (c == '\\') {
             if ((c = s[++i]) == 'u') {
-                Py_DECREF(out);
+                PyMem_Free(decoded);
                 return -1;  /* a \u escape: the scanner decodes it */
             }
             c = c == 'b' ? '\b' : c == 'f' ? '\f' : c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;
         }
-        o[k++] = c;
+        decoded[k++] = c;
     }
-    if (k != length) {
-        PyObject *shorter = ascii_str(o, k);
-        Py_DECREF(out);
-        out = shorter;
-        if (out == NULL)
-            return -2;
-    }
-    *message = out;
-    return 1;
+    *message = ascii_str(decoded, k);
+    PyMem_Free(decoded);
+    return *message == NULL ? -2 : 1;
 }
 
 /* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's
