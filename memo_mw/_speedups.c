@@ -6,6 +6,9 @@
  *   Lexicon(stopwords, by_stem, word_phrases, empty)
  *       the words an analysis looks up (TopicTagger's lexicons and the stopwords), in a table of
  *       this module's own: a word is found with one hash and one cache line read.
+ *   KeySet(*iterables of str)
+ *       the ASCII keys of a user's copy of memories (its by_token and by_topic), as fingerprints:
+ *       read_request() checks a message's tokens and topics against them without making a str.
  *   ascii_analysis(folded, lexicon) -> (tokens, topics)
  *       memo_mw.text.tokens() of a case-folded ASCII text, and, when the lexicon has by_stem, the
  *       topics memo_mw.topics.TopicTagger finds in it (its words' stems, then its English phrases;
@@ -19,7 +22,7 @@
  *       for an ASCII message, memo_mw.funnel.Funnel's verdict on the usual case in one call: 0 or
  *       1 when the message surely triggers nothing and asks to forget nothing (1: it may be a
  *       recall-everything question), -1 when the funnel must look closer (Funnel._quiet_args).
- *   read_request(environ, content_types, max_body, user_key, scan, usual) -> False, None, bytes or tuple
+ *   read_request(environ, content_types, max_body, user_key, scan, usual[, views]) -> False, None, bytes or tuple
  *       memo_mw.middleware.MemoryMiddleware's read of a request, for the usual one: False when Python
  *       must read it (before anything is read: an unusual content type, encoding or length), None when
  *       the body is not the middleware's to read (an empty one or one above max_body), else the body
@@ -27,13 +30,16 @@
  *       (body bytes, the JSON object or None (a body read in place, its message found without
  *       making its objects: json.loads(body) gives it), its "message", the user id from the header
  *       user_key (None: no header id wanted), the funnel's result for the message (usual[5][quiet
- *       verdict], None when it must look closer), the message's ascii_analysis). usual is Funnel.usual_args():
+ *       verdict], None when it must look closer), the message's ascii_analysis, or (None, topics, keys)
+ *       when views (the middleware's: a user id to a weak reference to a KeySet) has keys for the
+ *       user and the message surely shares no token or topic with them, its tokens not made). usual is Funnel.usual_args():
  *       quiet()'s four arguments, the tagger's Lexicon, the results of the two quiet verdicts;
  *       None or (): only the body is read. Whatever fails after the read gives the body.
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -243,11 +249,150 @@ static PyTypeObject LexiconType = {
     .tp_new = lexicon_new,
 };
 
+static int check_ascii(PyObject *text, const char *function);
+
+/* -- KeySet: whether a message shares a token or topic with a user's memories ---------------- */
+
+/* The str keys of some dicts (a user's copy's by_token and by_topic) as 32-bit fingerprints of
+ * lex_hash: the message's tokens are checked against it without a str made for any. Open
+ * addressing, at most half full; a fingerprint of 0 is stored as 1, 0 being a free slot. A key
+ * not in ASCII cannot meet an ASCII message and is left out. Two keys may share a fingerprint:
+ * a lookup can answer "held" for a word that is not (the caller then looks the slow way), never
+ * the other way. 8 bytes a key. */
+typedef struct {
+    PyObject_HEAD
+    uint32_t *slots;
+    size_t mask;
+    PyObject *weakrefs;
+} KeySetObject;
+
+static inline uint32_t keyset_print(uint64_t h) {
+    uint32_t print = (uint32_t)(h >> 32);
+    return print != 0 ? print : 1;
+}
+
+/* Whether the keys may hold the ASCII word s[0:n] (see KeySetObject). */
+static inline int keyset_has(const KeySetObject *keys, const unsigned char *s, Py_ssize_t n) {
+    uint64_t h = lex_hash(s, n);
+    uint32_t print = keyset_print(h);
+    for (size_t i = (size_t)h & keys->mask;; i = (i + 1) & keys->mask) {
+        if (keys->slots[i] == 0)
+            return 0;
+        if (keys->slots[i] == print)
+            return 1;
+    }
+}
+
+/* Add the ASCII str keys of the iterable (or, counting, only count them): 0, or -1 on error. */
+static int keyset_add(KeySetObject *keys, PyObject *iterable, Py_ssize_t *count) {
+    PyObject *iterator = PyObject_GetIter(iterable), *key;
+    if (iterator == NULL)
+        return -1;
+    while ((key = PyIter_Next(iterator)) != NULL) {
+        if (!PyUnicode_Check(key)) {
+            Py_DECREF(key);
+            Py_DECREF(iterator);
+            PyErr_SetString(PyExc_TypeError, "KeySet: str keys expected");
+            return -1;
+        }
+        if (PyUnicode_IS_ASCII(key)) {
+            if (count != NULL) {
+                (*count)++;
+            } else {
+                uint64_t h = lex_hash(PyUnicode_1BYTE_DATA(key), PyUnicode_GET_LENGTH(key));
+                uint32_t print = keyset_print(h);
+                size_t i = (size_t)h & keys->mask;
+                while (keys->slots[i] != 0 && keys->slots[i] != print)
+                    i = (i + 1) & keys->mask;
+                keys->slots[i] = print;
+            }
+        }
+        Py_DECREF(key);
+    }
+    Py_DECREF(iterator);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static void keyset_dealloc(KeySetObject *keys) {
+    if (keys->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)keys);
+    PyMem_Free(keys->slots);
+    Py_TYPE(keys)->tp_free((PyObject *)keys);
+}
+
+static PyObject *keyset_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) {
+        PyErr_SetString(PyExc_TypeError, "KeySet(*iterables of str) takes no keyword arguments");
+        return NULL;
+    }
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        if (keyset_add(NULL, PyTuple_GET_ITEM(args, i), &count) < 0)
+            return NULL;
+    }
+    size_t size = 8;
+    while (size < (size_t)count * 2)
+        size *= 2;
+    KeySetObject *keys = (KeySetObject *)type->tp_alloc(type, 0);
+    if (keys == NULL)
+        return NULL;
+    keys->mask = size - 1;
+    if ((keys->slots = PyMem_Calloc(size, sizeof(uint32_t))) == NULL) {
+        Py_DECREF(keys);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
+        if (keyset_add(keys, PyTuple_GET_ITEM(args, i), NULL) < 0) {
+            Py_DECREF(keys);
+            return NULL;
+        }
+    }
+    return (PyObject *)keys;
+}
+
+static PyObject *keyset_may_hold(KeySetObject *keys, PyObject *word) {
+    if (check_ascii(word, "KeySet.may_hold") < 0)
+        return NULL;
+    return PyBool_FromLong(keyset_has(keys, PyUnicode_1BYTE_DATA(word), PyUnicode_GET_LENGTH(word)));
+}
+
+static PyObject *keyset_sizeof(KeySetObject *keys, PyObject *unused) {
+    return PyLong_FromSize_t(sizeof(KeySetObject) + (keys->mask + 1) * sizeof(uint32_t));
+}
+
+static PyMethodDef keyset_methods[] = {
+    {"may_hold", (PyCFunction)keyset_may_hold, METH_O,
+     "may_hold(word) -> whether the keys may hold the ASCII word (False: surely not)"},
+    {"__sizeof__", (PyCFunction)keyset_sizeof, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject KeySetType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "memo_mw._speedups.KeySet",
+    .tp_basicsize = sizeof(KeySetObject),
+    .tp_dealloc = (destructor)keyset_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "KeySet(*iterables of str): the ASCII keys, for read_request() to check a message's tokens "
+              "and topics against.",
+    .tp_new = keyset_new,
+    .tp_methods = keyset_methods,
+    .tp_weaklistoffset = offsetof(KeySetObject, weakrefs),
+};
+
+/* Add topics to *found, a frozenset made with the first (no one else sees it yet). 0, or -1 on error. */
+static int found_update(PyObject **found, PyObject *topics) {
+    if (*found == NULL && (*found = PyFrozenSet_New(NULL)) == NULL)
+        return -1;
+    return set_update(*found, topics);
+}
+
 /* Add the token of the word w[0:n] (memo_mw.text._word_token) to tokens, and its topics as a stem
- * to found (when not NULL). found_word: the word's slot, when the caller looked it up already (or
- * NULL, and then looked up here). buf: at least n + 1 bytes. 0, or -1 on error. */
+ * to *found (when found is not NULL: see found_update). found_word: the word's slot, when the caller looked it up already (or
+ * NULL, and then looked up here). buf: at least n + 1 bytes. With keys, no token is made: the
+ * token is looked up in keys instead, and 1 returned when they may hold it. 0, or -1 on error. */
 static int add_token(const LexiconObject *lex, const unsigned char *w, Py_ssize_t n, const lex_slot *found_word,
-                     int looked_up, PyObject *tokens, PyObject *found, unsigned char *buf) {
+                     int looked_up, PyObject *tokens, const KeySetObject *keys, PyObject **found, unsigned char *buf) {
     const unsigned char *apostrophe = memchr(w, '\'', (size_t)n);
     if (apostrophe != NULL) {
         Py_ssize_t rest = n - (apostrophe - w) - 1;
@@ -270,6 +415,11 @@ static int add_token(const LexiconObject *lex, const unsigned char *w, Py_ssize_
         if (slot != NULL && (slot->flags & LEX_STOP))
             return 0;
     }
+    if (keys != NULL) {
+        if (keyset_has(keys, token, m))
+            return 1;
+        return found != NULL && slot != NULL && slot->topics != NULL ? found_update(found, slot->topics) : 0;
+    }
     /* A word the lexicon holds is its own str (most stems with topics): no new one made. */
     PyObject *word = slot != NULL ? Py_NewRef(slot->word) : ascii_str(token, m);
     if (word == NULL)
@@ -277,7 +427,7 @@ static int add_token(const LexiconObject *lex, const unsigned char *w, Py_ssize_
     int added = PySet_Add(tokens, word);
     Py_DECREF(word);
     if (added == 0 && found != NULL && slot != NULL && slot->topics != NULL)
-        added = set_update(found, slot->topics);
+        added = found_update(found, slot->topics);
     return added;
 }
 
@@ -298,7 +448,7 @@ static int run_is(const unsigned char *s, const run *r, PyObject *word) {
  * at each place, the first (longest) phrase of the entries under its word (word_phrases) that the
  * runs there spell. 0, or -1 on error. */
 static int add_phrase_topics(const unsigned char *s, const run *runs, Py_ssize_t count, PyObject *word_phrases,
-                             PyObject *found) {
+                             PyObject **found) {
     for (Py_ssize_t i = 0; i < count; i++) {
         if (runs[i].first == NULL)
             continue;  /* (most runs) no phrase starts with it */
@@ -326,7 +476,7 @@ static int add_phrase_topics(const unsigned char *s, const run *runs, Py_ssize_t
             for (Py_ssize_t k = 1; k < length && same; k++)
                 same = run_is(s, &runs[i + k], PyTuple_GET_ITEM(phrase, k));
             if (same) {
-                if (set_update(found, PyTuple_GET_ITEM(entry, 1)) < 0)
+                if (found_update(found, PyTuple_GET_ITEM(entry, 1)) < 0)
                     return -1;
                 break;
             }
@@ -348,21 +498,41 @@ static int check_ascii(PyObject *text, const char *function) {
     return 0;
 }
 
+/* Whether keys may hold one of the topics (a set): 1, 0, or -1 on error. A topic not in ASCII
+ * cannot be told: 1. */
+static int keyset_meets(const KeySetObject *keys, PyObject *topics) {
+    PyObject *iterator = PyObject_GetIter(topics), *topic;
+    int met = 0;
+    if (iterator == NULL)
+        return -1;
+    while (!met && (topic = PyIter_Next(iterator)) != NULL) {
+        met = !PyUnicode_Check(topic) || !PyUnicode_IS_ASCII(topic) ||
+              keyset_has(keys, PyUnicode_1BYTE_DATA(topic), PyUnicode_GET_LENGTH(topic));
+        Py_DECREF(topic);
+    }
+    Py_DECREF(iterator);
+    return PyErr_Occurred() ? -1 : met;
+}
+
 /* ascii_analysis() of the case-folded ASCII text s[0:n] with lex. A new (tokens, topics) tuple,
- * or NULL with an error set. */
-static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, const LexiconObject *lex) {
+ * or NULL with an error set. With keys (a user's, read_request()): (None, topics, keys) when the
+ * text surely shares no token or topic with them, its tokens not made; else NULL with no error
+ * set (the caller analyses it again without keys). */
+static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, const LexiconObject *lex,
+                             const KeySetObject *keys) {
     unsigned char *buf = PyMem_Malloc((size_t)n + 2);
     run *runs = NULL;
     Py_ssize_t count = 0;
     int firsts = 0;  /* whether some run starts an English phrase */
     /* Frozensets filled here before anyone sees them (no copy of a set at the end). */
-    PyObject *tokens = PyFrozenSet_New(NULL), *found = NULL, *topics = NULL;
+    PyObject *tokens = keys == NULL ? PyFrozenSet_New(NULL) : Py_NewRef(Py_None), *found = NULL, *topics = NULL;
+    PyObject **wanted = lex->empty != Py_None ? &found : NULL;  /* found: made with its first topic */
     int phrases = lex->empty != Py_None && lex->word_phrases != Py_None && PyDict_GET_SIZE(lex->word_phrases) > 0;
     if (buf == NULL || (phrases && (runs = PyMem_Malloc(sizeof(run) * ((size_t)n / 2 + 1))) == NULL)) {
         PyErr_NoMemory();
         goto fail;
     }
-    if (tokens == NULL || (lex->empty != Py_None && (found = PyFrozenSet_New(NULL)) == NULL))
+    if (tokens == NULL)
         goto fail;
     for (Py_ssize_t i = 0; i < n;) {
         if (!is_alnum(s[i])) {
@@ -391,16 +561,21 @@ static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, const Lexicon
                 j++;
         }
         /* A word of one run was looked up above: its token's lookup is that one. */
-        if (add_token(lex, s + start, i - start, head, one_run, tokens, found, buf) < 0)
-            goto fail;
+        if (add_token(lex, s + start, i - start, head, one_run, tokens, keys, wanted, buf) != 0)
+            goto fail;  /* an error, or (1) keys may hold the token: no error set */
     }
-    if (firsts && add_phrase_topics(s, runs, count, lex->word_phrases, found) < 0)
+    if (firsts && add_phrase_topics(s, runs, count, lex->word_phrases, wanted) < 0)
         goto fail;
-    topics = Py_NewRef(found == NULL ? Py_None : PySet_GET_SIZE(found) ? found : lex->empty);
+    if (keys != NULL && found != NULL && PySet_GET_SIZE(found)) {
+        int met = keyset_meets(keys, found);
+        if (met != 0)
+            goto fail;  /* shared, or an error */
+    }
+    topics = Py_NewRef(found != NULL && PySet_GET_SIZE(found) ? found : lex->empty);  /* (None: no topics) */
     PyMem_Free(buf);
     PyMem_Free(runs);
     Py_XDECREF(found);
-    PyObject *out = PyTuple_Pack(2, tokens, topics);
+    PyObject *out = keys == NULL ? PyTuple_Pack(2, tokens, topics) : PyTuple_Pack(3, tokens, topics, keys);
     Py_DECREF(tokens);
     Py_DECREF(topics);
     return out;
@@ -424,7 +599,7 @@ static PyObject *ascii_analysis(PyObject *module, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "ascii_analysis: a Lexicon expected");
         return NULL;
     }
-    return analysis_of(PyUnicode_1BYTE_DATA(args[0]), PyUnicode_GET_LENGTH(args[0]), (LexiconObject *)args[1]);
+    return analysis_of(PyUnicode_1BYTE_DATA(args[0]), PyUnicode_GET_LENGTH(args[0]), (LexiconObject *)args[1], NULL);
 }
 
 static int is_word_char(unsigned char c) {
@@ -943,11 +1118,28 @@ static int plain_json(const unsigned char *b, Py_ssize_t n, PyObject **message) 
     return *message == NULL ? -2 : 1;
 }
 
+/* The KeySet of the user in views (the middleware's: user id -> a weak reference to the key set of
+ * the user's view's copy of memories), a new reference; NULL (no error set) for none, or NULL with
+ * an error that is no Exception (which goes on up). */
+static KeySetObject *view_keys(PyObject *views, PyObject *user) {
+    PyObject *ref = views != NULL ? PyDict_GetItemWithError(views, user) : NULL;
+    KeySetObject *keys = NULL;
+    if (ref != NULL && PyWeakref_CheckRef(ref)) {
+        PyObject *held = PyWeakref_GetObject(ref);  /* borrowed; None once gone */
+        if (held != NULL && PyObject_TypeCheck(held, &KeySetType))
+            keys = (KeySetObject *)Py_NewRef(held);
+    }
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear();
+    return keys;
+}
+
 /* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's
  * result or None, the message's analysis), or NULL (with or without an error set) for anything else:
  * a body that is not ASCII, not one JSON object starting at its first byte, an OpenAI body, a message
  * that is not a non-empty ASCII str, no plain user id in the header user_key. */
-static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_key, PyObject *scan, PyObject *usual) {
+static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_key, PyObject *scan, PyObject *usual,
+                             PyObject *views) {
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
     Py_ssize_t n = PyBytes_GET_SIZE(raw);
     if (usual == Py_None || user_key == Py_None || n == 0 || b[0] != '{')
@@ -1019,7 +1211,15 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         goto done;
     for (Py_ssize_t i = 0; i < length; i++)
         folded[i] = (m[i] >= 'A' && m[i] <= 'Z') ? (unsigned char)(m[i] + 32) : m[i];
-    analysis = analysis_of(folded, length, (LexiconObject *)lexicon);
+    /* With the user's view's keys, checked against them without the tokens made (the usual
+     * message shares none); where they may share one, or without keys, the whole analysis. */
+    KeySetObject *keys = view_keys(views, user);
+    if (keys == NULL && PyErr_Occurred())
+        goto done;
+    analysis = keys == NULL ? NULL : analysis_of(folded, length, (LexiconObject *)lexicon, keys);
+    Py_XDECREF(keys);
+    if (analysis == NULL && !PyErr_Occurred())
+        analysis = analysis_of(folded, length, (LexiconObject *)lexicon, NULL);
     if (analysis != NULL)
         out = PyTuple_Pack(6, raw, body, message, user, verdict < 0 ? Py_None : PyTuple_GET_ITEM(results, verdict),
                            analysis);
@@ -1032,10 +1232,15 @@ done:
     return out;
 }
 
-/* read_request(environ, content_types, max_body, user_key, scan, usual): see the module's doc. */
+/* read_request(environ, content_types, max_body, user_key, scan, usual[, views]): see the module's doc. */
 static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "read_request(environ, content_types, max_body, user_key, scan, usual)");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "read_request(environ, content_types, max_body, user_key, scan, usual[, views])");
+        return NULL;
+    }
+    PyObject *views = nargs == 7 && args[6] != Py_None ? args[6] : NULL;
+    if (views != NULL && !PyDict_CheckExact(views)) {
+        PyErr_SetString(PyExc_TypeError, "read_request: views a dict or None");
         return NULL;
     }
     PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
@@ -1081,7 +1286,7 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
         return raw;
     /* Read: from here on nothing fails, whatever happens the body goes back to the caller (but for
      * what is no Exception, as a KeyboardInterrupt in the JSON scanner's hooks: that goes on up). */
-    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual);
+    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual, views);
     if (parts == NULL) {
         if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
             Py_DECREF(raw);
@@ -1103,7 +1308,8 @@ static PyMethodDef methods[] = {
     {"quiet", (PyCFunction)(void (*)(void))quiet, METH_FASTCALL,
      "quiet(text, classes, table, outputs, spec) -> 0 or 1 for a text that triggers nothing, -1: look closer"},
     {"read_request", (PyCFunction)(void (*)(void))read_request, METH_FASTCALL,
-     "read_request(environ, content_types, max_body, user_key, scan, usual) -> False, None, the body or its parts"},
+     "read_request(environ, content_types, max_body, user_key, scan, usual[, views]) -> False, None, the body or "
+     "its parts"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1122,10 +1328,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
     }
-    if (PyType_Ready(&LexiconType) < 0)
+    if (PyType_Ready(&LexiconType) < 0 || PyType_Ready(&KeySetType) < 0)
         return NULL;
     PyObject *created = PyModule_Create(&module);
-    if (created != NULL && PyModule_AddObjectRef(created, "Lexicon", (PyObject *)&LexiconType) < 0)
+    if (created != NULL && (PyModule_AddObjectRef(created, "Lexicon", (PyObject *)&LexiconType) < 0 ||
+                            PyModule_AddObjectRef(created, "KeySet", (PyObject *)&KeySetType) < 0))
         Py_CLEAR(created);
     return created;
 }

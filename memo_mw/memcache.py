@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 import heapq
 import json
 import math
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import defaults
+from . import text as _text
 from .recall import RecallConfig, _weight, line, score, static_features
 from .store import MEMORY_COLUMNS, row_to_memory
 from .text import tokens
@@ -108,6 +110,14 @@ class UserMemories:
     @property
     def size(self) -> int:
         return len(self.memories)
+
+    @functools.cached_property
+    def key_set(self) -> Any:
+        """The keys of by_token and by_topic as a memo_mw._speedups.KeySet (made on first use, 8
+        bytes a key), against which read_request() checks a message without making its tokens;
+        None without the C speedups."""
+        speedups = _text._speedups
+        return speedups.KeySet(self.by_token, self.by_topic) if speedups is not None else None
 
     @property
     def cost(self) -> int:

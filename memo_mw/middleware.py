@@ -152,6 +152,9 @@ class MemoryMiddleware:
             self.recaller.changes = state
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}
+        #: The key set (UserMemories.key_set) of each quick view's copy, by weak reference, against
+        #: which read_request() checks the message (a dict of its own: one lookup, no attribute read).
+        self._view_keys: dict[str, Callable[[], Any]] = {}
         self._reloading = isinstance(self.funnel, ReloadingFunnel)
         # How the request notes its topic counts without a call, when the state offers it.
         self._topic_notes = getattr(getattr(self.queue, "state", None), "topic_notes", lambda: None)()
@@ -174,8 +177,8 @@ class MemoryMiddleware:
                     # (memo_mw._speedups.read_request), which answers False where Python must read it.
                     got = _read_request(environ, _PLAIN_JSON, self.max_body,
                                         self.user_header_key if self.get_user is None else None, _SCAN,
-                                        funnel._usual if funnel._usual is not None else funnel.usual_args()
-                                        ) if _read_request is not None else False
+                                        funnel._usual if funnel._usual is not None else funnel.usual_args(),
+                                        self._view_keys) if _read_request is not None else False
                     if got is False:
                         got = self._read_body(environ)
                 except Exception:  # nothing was read (or nothing can be put back): leave the request alone
@@ -325,15 +328,21 @@ class MemoryMiddleware:
             view = self._views.get(user_id) if stamp is not None else None
             if view is not None and not (view.stamp == stamp and time.monotonic() < view.until):
                 self._views.pop(user_id, None)  # outdated: what it holds (a pending text, say) is not kept
+                self._view_keys.pop(user_id, None)
                 view = None
         copy = view.memories_ref() if view is not None else None
         if copy is not None:  # the usual request: the user as the last one read it
             state = view.state
             recall_all = result.recall_all if result is not None else None
-            if view.quick and recall_all is False and analysis is not None and \
-                    copy.by_token.keys().isdisjoint(analysis[0]) and copy.by_topic.keys().isdisjoint(analysis[1]):
+            # analysis[0] None: read_request() found that the message shares no token or topic with
+            # the key set analysis[2] (without making its tokens), the copy's when it is this view's.
+            if view.quick and recall_all is False and analysis is not None and (
+                    analysis[2] is copy.key_set if analysis[0] is None else
+                    copy.by_token.keys().isdisjoint(analysis[0]) and copy.by_topic.keys().isdisjoint(analysis[1])):
                 memories = []  # recall_copy()'s answer when no memory shares a token or topic, without the calls
             else:
+                if analysis is not None and analysis[0] is None:
+                    analysis = None  # its tokens not made: recall reads them
                 try:
                     memories = self.recaller.recall_copy(copy, message, now=now, state=state, analysis=analysis,
                                                          recall_all=recall_all)
@@ -345,7 +354,8 @@ class MemoryMiddleware:
             if forget and turn is None:
                 turn, body = _turn_and_body(body, raw)
             ts = turn.ts if turn is not None and turn.ts is not None else now  # (read for a forget request)
-            memories, profile, state = self._read_user(user_id, message, now, result, ts, forget, stamp, analysis)
+            memories, profile, state = self._read_user(user_id, message, now, result, ts, forget, stamp,
+                                                       analysis if analysis is None or analysis[0] is not None else None)
 
         new_raw = None
         if memories or profile:
@@ -410,6 +420,7 @@ class MemoryMiddleware:
             profile, stamp = [], None
         if forget:
             self._views.pop(user_id, None)  # nothing of what the request names stays in this process
+            self._view_keys.pop(user_id, None)
         elif stamp is not None and copy is not None and self.recaller.changes.cached(user_id) is state:
             # Only the state the listener vouches for (not one the outbox or a failed read made up),
             # and not past the time recall would read the user's version again.
@@ -418,10 +429,16 @@ class MemoryMiddleware:
                 until = min(until, read_at + defaults.RECALL_VERSION_MAX_AGE)
             if len(self._views) >= _VIEWS_KEPT:
                 self._views.clear()
+                self._view_keys.clear()
             # The copy by weak reference: the memory cache alone decides how long it is kept.
             quick = type(copy) is UserMemories and not copy.always and \
                 not (state.pending or state.forgets or state.shown)
+            keys = copy.key_set if quick else None
             self._views[user_id] = _UserView(stamp, until, state, weakref.ref(copy), tuple(profile), quick)
+            if keys is not None:
+                self._view_keys[user_id] = weakref.ref(keys)
+            else:
+                self._view_keys.pop(user_id, None)
         return memories, profile, state
 
     def _enqueue(self, func: str, args: list, *, job_id: str | None = None, pending: dict | None = None) -> None:

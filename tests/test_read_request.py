@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import sys
+import weakref
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -276,6 +278,86 @@ def test_the_servers_read_errors_are_the_callers(middleware):
         c_read(middleware, {k: v for k, v in environ_of(b'{"message": "hi"}').items() if k != "wsgi.input"})
 
 
+# -- a user's view's keys: the message checked against them, its tokens not made ----------------
+
+KeySet = getattr(middleware_module._speedups, "KeySet", None)
+KEEP = KeySet() if KeySet is not None else None
+#: Words for the key sets and messages below: stopwords, stems with topics, plain words, digits.
+KEY_WORDS = ["tea", "teas", "green", "jazz", "hiking", "hike", "the", "is", "i", "weather", "town", "12", "coffee",
+             "cook", "cooking", "song", "music", "France", "alps", "don't", "it's", "we'll", "sushi", "dog", "dogs"]
+
+
+def keys_of(middleware, texts):
+    """by_token and by_topic of memories of these texts, as memo_mw.memcache.UserMemories makes them."""
+    from memo_mw.memcache import UserMemories
+
+    copy = UserMemories.build(1, [{"id": i, "content": text, "key": f"k{i}", "type": "preference"}
+                                  for i, text in enumerate(texts)], middleware.funnel.topics.tag)
+    return copy.by_token, copy.by_topic
+
+
+def views_for(keys, user="alice"):
+    return {user: weakref.ref(keys)}
+
+
+def read_with_views(middleware, body, views):
+    return read_request(environ_of(body), _PLAIN_JSON, middleware.max_body, middleware.user_header_key, _SCAN,
+                        middleware.funnel.usual_args(), views)
+
+
+def test_a_key_set_holds_its_ascii_keys():
+    keys = KeySet({"tea": (0,), "green": (0,)}, ["music", "caf\xe9"], ())
+    assert keys.may_hold("tea") and keys.may_hold("green") and keys.may_hold("music")
+    assert not keys.may_hold("te") and not keys.may_hold("teas") and not keys.may_hold("") and not keys.may_hold("caf")
+    many = [f"word{i}" for i in range(2000)]
+    keys = KeySet(many)
+    assert all(keys.may_hold(w) for w in many)
+    assert sum(keys.may_hold(f"other{i}") for i in range(2000)) == 0  # 32-bit prints: a false "held" is rare
+    assert sys.getsizeof(KeySet(many)) < 2000 * 8 * 2 + 200  # at most half full, 4 bytes a slot
+    assert weakref.ref(keys)() is keys
+    with pytest.raises(TypeError):
+        KeySet([1])
+    with pytest.raises(TypeError):
+        KeySet(["tea"], also=["x"])
+    with pytest.raises(ValueError):
+        keys.may_hold("caf\xe9")
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.sampled_from(KEY_WORDS), min_size=1, max_size=5).map(" ".join), max_size=6),
+       st.lists(st.sampled_from(KEY_WORDS + ["?", "!", ",", "tips", "Tea", "TEA's", "hiking?"]), min_size=1,
+                max_size=8).map(" ".join))
+def test_the_view_s_keys_answer_as_the_copy_s_dicts(middleware, memories, message):
+    """A message read against a view's keys comes back without tokens exactly when it shares no
+    token or topic with the copy's memories (what the middleware's quick answer checks), with the
+    same topics; else with its whole analysis."""
+    by_token, by_topic = keys_of(middleware, memories)
+    keys = KeySet(by_token, by_topic)
+    body = json.dumps({"message": message}).encode()
+    got = read_with_views(middleware, body, views_for(keys))
+    tokens, topics = c_read(middleware, environ_of(body))[5]
+    shares = not (by_token.keys().isdisjoint(tokens) and by_topic.keys().isdisjoint(topics))
+    if shares:
+        assert got[5] == (tokens, topics)
+    else:
+        assert got[5][0] is None and got[5][1] == topics and got[5][2] is keys
+    assert got[:5] == c_read(middleware, environ_of(body))[:5]
+
+
+@pytest.mark.parametrize("ref", [
+    None,  # no keys for the user
+    lambda: KeySet(),  # no weak reference
+    weakref.ref(FUNNEL_TEXTS),  # not a KeySet
+    weakref.ref(KeySet()),  # gone
+])
+def test_without_a_view_s_keys_the_whole_analysis(middleware, ref):
+    body = b'{"message": "what is the weather like in town 12 today?"}'
+    views = {"alice": ref} if ref is not None else {"bob": weakref.ref(KEEP)}
+    assert read_with_views(middleware, body, views) == c_read(middleware, environ_of(body))
+    with pytest.raises(TypeError):
+        read_with_views(middleware, body, [])
+
+
 def test_what_it_cannot_read_is_a_clear_error(middleware):
     with pytest.raises(TypeError):
         read_request({}, _PLAIN_JSON, 10, "HTTP_X_USER_ID", _SCAN)
@@ -370,15 +452,20 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
         state = middleware.queue.backend.state
         assert wait_until(lambda: middleware(environ_of(b'{"message": "hello there"}'), lambda *a: None) == []
                           and state.listening)
-        quick = []
-        for question in questions:
-            views = dict(middleware._views)
-            middleware(environ_of(json.dumps({"message": question}).encode()), lambda *a: None)
-            view = views.get("alice")
-            quick.append(view is not None and view.quick and view is middleware._views.get("alice"))
+        quick, by_keys = [], []
+        real = middleware_module._read_request
+        with monkeypatch.context() as reading:
+            if real is not None:  # whether the view's keys answered (the message's tokens not made)
+                reading.setattr(middleware_module, "_read_request", lambda *args: (lambda got: by_keys.append(
+                    type(got) is tuple and got[5] is not None and got[5][0] is None) or got)(real(*args)))
+            for question in questions:
+                views = dict(middleware._views)
+                middleware(environ_of(json.dumps({"message": question}).encode()), lambda *a: None)
+                view = views.get("alice")
+                quick.append(view is not None and view.quick and view is middleware._views.get("alice"))
         notes = [names for _, _, names in state.inner._notes]
         middleware.queue.close()
-        return seen[-len(questions):], notes[-len(questions):], quick
+        return seen[-len(questions):], notes[-len(questions):], quick, by_keys
 
     with_c = run("c")
     with monkeypatch.context() as slow:
@@ -388,7 +475,11 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
     python = run("python")
     assert python[:2] == with_c[:2] == recalled[:2]
     assert any(with_c[0]) and sum(with_c[2]) >= len(questions) // 2  # recalled something; views answered
-    assert not any(recalled[2])
+    assert not any(recalled[2]) and not any(recalled[3]) and not python[3]
+    # The view's keys answered exactly where a view was there and nothing was recalled (the last
+    # two share only a topic with a memory: recalled).
+    assert with_c[3] == [quick and not memories for quick, memories in zip(with_c[2], with_c[0])]
+    assert sum(with_c[3]) >= 2
 
 
 def test_topic_counts_wait_while_redis_is_down(db, redis_url):
