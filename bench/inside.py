@@ -8,10 +8,11 @@ new message each request, a user with 100 memories) run with timers in the worke
 thread CPU time (``time.thread_time``) in the wrapped call and in the app inside it, the
 difference being the middleware's own, and with ``--steps`` the same for each step
 bench/breakdown.py names. Also the worker's garbage collections (count and thread CPU time, by
-generation). The timers are system calls (``CLOCK_THREAD_CPUTIME_ID``, about 1 us a pair here):
-the steps' timers add to the middleware's own time, so read it from a run without them. Compare a
-step here with its in-process time from bench/breakdown.py: the ratio is what the server's threads
-and system calls make the same code cost.
+generation), and each thread's CPU time a request (gunicorn's main thread, its pool of four, the
+middleware's own threads). The timers are system calls (``CLOCK_THREAD_CPUTIME_ID``, about 1 us a
+pair here): the steps' timers add to the middleware's own time, so read it from a run without
+them. Compare a step here with its in-process time from bench/breakdown.py: the ratio is what the
+server's threads and system calls make the same code cost.
 """
 
 from __future__ import annotations
@@ -69,13 +70,35 @@ def timed_app():
     timed(app, "wsgi_app", spent, "wrapped", clock)
     out = os.environ[OUT]
 
+    base: dict[str, float] = {}  # each thread's CPU seconds at request WARM
+
     def served(environ, start_response):
         spent["requests"] += 1
         if spent["requests"] % 1000 == 0:  # the worker is killed at the end: written as it goes
-            Path(out).write_text(json.dumps({"spent": spent, "gc": collections}))
+            threads = _thread_seconds()
+            if spent["requests"] == WARM:
+                base.update(threads)
+            per = {name: (seconds - base.get(name, 0.0)) / (spent["requests"] - WARM) * 1e6
+                   for name, seconds in threads.items()} if base else {}
+            Path(out).write_text(json.dumps({"spent": spent, "gc": collections, "threads": per}))
         return app(environ, start_response)
 
     return served
+
+
+#: The request from which each thread's CPU time is counted (the start-up and warm-up left out).
+WARM = 4000
+
+
+def _thread_seconds() -> dict[str, float]:
+    """Each live thread's CPU seconds, by name (gunicorn's pool threads share a prefix)."""
+    seconds = {}
+    for thread in threading.enumerate():
+        try:
+            seconds[f"{thread.name}"] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, TypeError):  # ended meanwhile
+            continue
+    return seconds
 
 
 def main() -> int:
@@ -117,7 +140,7 @@ def main() -> int:
 
 
 def report(name: str, figures: dict) -> None:
-    spent, gc_figures = figures["spent"], figures["gc"]
+    spent, gc_figures, threads = figures["spent"], figures["gc"], figures.get("threads") or {}
     n = int(spent.pop("requests"))
     per = {label: seconds / n * 1e6 for label, seconds in spent.items()}
     line = f"{name:5} {n:6d} requests: thread CPU {per.pop('wrapped'):6.1f} us a request"
@@ -129,6 +152,11 @@ def report(name: str, figures: dict) -> None:
         print("      steps: " + ", ".join(f"{label} {us:.1f}" for label, us in per.items()) + " (us)")
     print(f"      gc: {gc_figures['count']} collections by generation, "
           f"{sum(gc_figures['cpu']) / n * 1e6:.1f} us a request", flush=True)
+    if threads:  # where the worker's CPU goes: the server's main thread, its pool, the middleware's
+        pool = sum(us for name, us in threads.items() if name.startswith("ThreadPoolExecutor"))
+        others = {name: us for name, us in threads.items() if not name.startswith("ThreadPoolExecutor")}
+        print(f"      threads (us a request after the first {WARM}): pool {pool:.1f}, " +
+              ", ".join(f"{name} {us:.1f}" for name, us in sorted(others.items())), flush=True)
 
 
 if __name__ == "__main__":
