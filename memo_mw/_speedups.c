@@ -258,7 +258,7 @@ static int check_ascii(PyObject *text, const char *function);
  * addressing, at most half full; a fingerprint of 0 is stored as 1, 0 being a free slot. A key
  * not in ASCII cannot meet an ASCII message and is left out. Two keys may share a fingerprint:
  * a lookup can answer "held" for a word that is not (the caller then looks the slow way), never
- * the other way. 8 bytes a key. */
+ * the other way. 8 to 16 bytes a key. */
 typedef struct {
     PyObject_HEAD
     uint32_t *slots;

@@ -113,7 +113,7 @@ class UserMemories:
 
     @functools.cached_property
     def key_set(self) -> Any:
-        """The keys of by_token and by_topic as a memo_mw._speedups.KeySet (made on first use, 8
+        """The keys of by_token and by_topic as a memo_mw._speedups.KeySet (made on first use, 8 to 16
         bytes a key), against which read_request() checks a message without making its tokens;
         None without the C speedups."""
         speedups = _text._speedups
