@@ -158,7 +158,8 @@ class MemoryMiddleware:
         self._reloading = isinstance(self.funnel, ReloadingFunnel)
         # How the request notes its topic counts without a call, when the state offers it.
         self._topic_notes = getattr(getattr(self.queue, "state", None), "topic_notes", lambda: None)()
-        self._week: tuple[float | None, str] = (None, "")  # (UTC day, its ISO week): see _week_of
+        # (the UTC day's first second, the next day's, the day's ISO week): see _week_of
+        self._week: tuple[float, float, str] = (0.0, -1.0, "")
         self.clock = clock
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -304,8 +305,8 @@ class MemoryMiddleware:
                 topics = analysis[1]
                 # Most messages: no topic, in English (count_keys' answer then, without the calls).
                 names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
-                day, week = self._week
-                if day != now // 86400:
+                start, end, week = self._week
+                if not start <= now < end:  # (two comparisons: no float division a request)
                     week = self._week_of(now)
                 notes = self._topic_notes  # (gate, append) of the state's topic_notes(), or None
                 if notes is None:
@@ -450,7 +451,8 @@ class MemoryMiddleware:
     def _week_of(self, now: float) -> str:
         """counters.week_of(now), kept for the rest of the UTC day (asked by every request)."""
         week = counters.week_of(now)
-        self._week = (now // 86400, week)  # one tuple: a request reads both from the same day
+        start = now // 86400 * 86400
+        self._week = (start, start + 86400, week)  # one tuple: a request reads all from the same day
         return week
 
     def _state_call(self, method: str, *args: Any) -> None:

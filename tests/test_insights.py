@@ -230,6 +230,26 @@ def test_live_requests_count_in_redis_and_the_weekly_job_moves_them(redis_url, d
     middleware.queue.close()
 
 
+def test_each_request_counts_in_the_iso_week_of_its_own_time(db):
+    """The week a request's counts go to is read again whenever its time leaves the UTC day the
+    last one was read for: forward across a week's last second, and back (a clock set back)."""
+    now = [0.0]
+    app = chat_app()
+    app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=db, clock=lambda: now[0])
+    noted = []
+    middleware._topic_notes = (None, noted.append)
+    client = app.test_client()
+    monday = T0 - T0 % WEEK + 4 * 86400  # (the epoch was a Thursday)
+    assert counters.week_of(monday) != counters.week_of(monday - 1)
+    times = [monday - 3 * 86400, monday - 1, monday - 0.5, monday, monday + 0.25, monday + 86399.9, monday - 1,
+             monday + WEEK - 1, monday + WEEK, monday + 5 * WEEK + 7, monday + 5 * WEEK + 3]
+    for t in times:
+        now[0] = t
+        ask(client, "what is the weather like in town today?")
+    assert [week for _, week, _ in noted] == [counters.week_of(t) for t in times]
+    middleware.queue.close()
+
+
 def test_counting_adds_no_redis_round_trip(redis_url, db):
     """Counting makes no Redis call on the request: the same calls (none, once the user's state is
     known) as a request with no topic at all."""
