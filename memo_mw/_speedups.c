@@ -271,46 +271,18 @@ static inline uint32_t keyset_print(uint64_t h) {
     return print != 0 ? print : 1;
 }
 
-/* Whether the keys may hold the ASCII word s[0:n] (see KeySetObject). */
-static inline int keyset_has(const KeySetObject *keys, const unsigned char *s, Py_ssize_t n) {
-    uint64_t h = lex_hash(s, n);
+/* The slot of the hash h's fingerprint: where it is, or the free slot where it would go. */
+static inline size_t keyset_slot(const KeySetObject *keys, uint64_t h) {
     uint32_t print = keyset_print(h);
-    for (size_t i = (size_t)h & keys->mask;; i = (i + 1) & keys->mask) {
-        if (keys->slots[i] == 0)
-            return 0;
-        if (keys->slots[i] == print)
-            return 1;
-    }
+    size_t i = (size_t)h & keys->mask;
+    while (keys->slots[i] != 0 && keys->slots[i] != print)
+        i = (i + 1) & keys->mask;
+    return i;
 }
 
-/* Add the ASCII str keys of the iterable (or, counting, only count them): 0, or -1 on error. */
-static int keyset_add(KeySetObject *keys, PyObject *iterable, Py_ssize_t *count) {
-    PyObject *iterator = PyObject_GetIter(iterable), *key;
-    if (iterator == NULL)
-        return -1;
-    while ((key = PyIter_Next(iterator)) != NULL) {
-        if (!PyUnicode_Check(key)) {
-            Py_DECREF(key);
-            Py_DECREF(iterator);
-            PyErr_SetString(PyExc_TypeError, "KeySet: str keys expected");
-            return -1;
-        }
-        if (PyUnicode_IS_ASCII(key)) {
-            if (count != NULL) {
-                (*count)++;
-            } else {
-                uint64_t h = lex_hash(PyUnicode_1BYTE_DATA(key), PyUnicode_GET_LENGTH(key));
-                uint32_t print = keyset_print(h);
-                size_t i = (size_t)h & keys->mask;
-                while (keys->slots[i] != 0 && keys->slots[i] != print)
-                    i = (i + 1) & keys->mask;
-                keys->slots[i] = print;
-            }
-        }
-        Py_DECREF(key);
-    }
-    Py_DECREF(iterator);
-    return PyErr_Occurred() ? -1 : 0;
+/* Whether the keys may hold the ASCII word s[0:n] (see KeySetObject). */
+static inline int keyset_has(const KeySetObject *keys, const unsigned char *s, Py_ssize_t n) {
+    return keys->slots[keyset_slot(keys, lex_hash(s, n))] != 0;
 }
 
 static void keyset_dealloc(KeySetObject *keys) {
@@ -325,28 +297,47 @@ static PyObject *keyset_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         PyErr_SetString(PyExc_TypeError, "KeySet(*iterables of str) takes no keyword arguments");
         return NULL;
     }
-    Py_ssize_t count = 0;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
-        if (keyset_add(NULL, PyTuple_GET_ITEM(args, i), &count) < 0)
-            return NULL;
-    }
-    size_t size = 8;
-    while (size < (size_t)count * 2)
-        size *= 2;
-    KeySetObject *keys = (KeySetObject *)type->tp_alloc(type, 0);
-    if (keys == NULL)
+    /* The ASCII keys, read once (an iterable may be an iterator); the table sized for them. */
+    PyObject *ascii = PyList_New(0);
+    if (ascii == NULL)
         return NULL;
-    keys->mask = size - 1;
-    if ((keys->slots = PyMem_Calloc(size, sizeof(uint32_t))) == NULL) {
-        Py_DECREF(keys);
-        return PyErr_NoMemory();
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); i++) {
-        if (keyset_add(keys, PyTuple_GET_ITEM(args, i), NULL) < 0) {
-            Py_DECREF(keys);
+    for (Py_ssize_t a = 0; a < PyTuple_GET_SIZE(args); a++) {
+        PyObject *iterator = PyObject_GetIter(PyTuple_GET_ITEM(args, a)), *key;
+        if (iterator == NULL) {
+            Py_DECREF(ascii);
+            return NULL;
+        }
+        while ((key = PyIter_Next(iterator)) != NULL) {
+            if (!PyUnicode_Check(key))
+                PyErr_SetString(PyExc_TypeError, "KeySet: str keys expected");
+            else if (PyUnicode_IS_ASCII(key))
+                PyList_Append(ascii, key);  /* (an error set when it fails) */
+            Py_DECREF(key);
+            if (PyErr_Occurred())
+                break;
+        }
+        Py_DECREF(iterator);
+        if (PyErr_Occurred()) {
+            Py_DECREF(ascii);
             return NULL;
         }
     }
+    size_t size = 8;
+    while (size < (size_t)PyList_GET_SIZE(ascii) * 2)
+        size *= 2;
+    KeySetObject *keys = (KeySetObject *)type->tp_alloc(type, 0);
+    if (keys == NULL || (keys->slots = PyMem_Calloc(size, sizeof(uint32_t))) == NULL) {
+        Py_DECREF(ascii);
+        Py_XDECREF(keys);
+        return keys == NULL ? NULL : PyErr_NoMemory();
+    }
+    keys->mask = size - 1;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ascii); i++) {
+        PyObject *key = PyList_GET_ITEM(ascii, i);
+        uint64_t h = lex_hash(PyUnicode_1BYTE_DATA(key), PyUnicode_GET_LENGTH(key));
+        keys->slots[keyset_slot(keys, h)] = keyset_print(h);
+    }
+    Py_DECREF(ascii);
     return (PyObject *)keys;
 }
 
@@ -388,8 +379,8 @@ static int found_update(PyObject **found, PyObject *topics) {
 }
 
 /* Add the token of the word w[0:n] (memo_mw.text._word_token) to tokens, and its topics as a stem
- * to *found (when found is not NULL: see found_update). found_word: the word's slot, when the caller looked it up already (or
- * NULL, and then looked up here). buf: at least n + 1 bytes. With keys, no token is made: the
+ * to *found (when found is not NULL: see found_update). found_word: the word's slot, when the
+ * caller looked it up already (or NULL, and then looked up here). buf: at least n + 1 bytes. With keys, no token is made: the
  * token is looked up in keys instead, and 1 returned when they may hold it. 0, or -1 on error. */
 static int add_token(const LexiconObject *lex, const unsigned char *w, Py_ssize_t n, const lex_slot *found_word,
                      int looked_up, PyObject *tokens, const KeySetObject *keys, PyObject **found, unsigned char *buf) {

@@ -315,6 +315,8 @@ def test_a_key_set_holds_its_ascii_keys():
     assert sum(keys.may_hold(f"other{i}") for i in range(2000)) == 0  # 32-bit prints: a false "held" is rare
     assert sys.getsizeof(KeySet(many)) < 2000 * 8 * 2 + 200  # at most half full, 4 bytes a slot
     assert weakref.ref(keys)() is keys
+    once = KeySet(iter(["tea", "jazz"]), (w for w in ["hike"]))  # iterators: read once
+    assert once.may_hold("tea") and once.may_hold("jazz") and once.may_hold("hike")
     with pytest.raises(TypeError):
         KeySet([1])
     with pytest.raises(TypeError):
