@@ -95,7 +95,7 @@ def _thread_seconds() -> dict[str, float]:
     seconds = {}
     for thread in threading.enumerate():
         try:
-            seconds[f"{thread.name}"] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            seconds[thread.name] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
         except (OSError, TypeError):  # ended meanwhile
             continue
     return seconds

@@ -328,8 +328,7 @@ class MemoryMiddleware:
             stamp = changes.stamp(user_id)
             view = self._views.get(user_id) if stamp is not None else None
             if view is not None and not (view.stamp == stamp and time.monotonic() < view.until):
-                self._views.pop(user_id, None)  # outdated: what it holds (a pending text, say) is not kept
-                self._view_keys.pop(user_id, None)
+                self._drop_view(user_id)  # outdated: what it holds (a pending text, say) is not kept
                 view = None
         copy = view.memories_ref() if view is not None else None
         if copy is not None:  # the usual request: the user as the last one read it
@@ -342,11 +341,9 @@ class MemoryMiddleware:
                     copy.by_token.keys().isdisjoint(analysis[0]) and copy.by_topic.keys().isdisjoint(analysis[1])):
                 memories = []  # recall_copy()'s answer when no memory shares a token or topic, without the calls
             else:
-                if analysis is not None and analysis[0] is None:
-                    analysis = None  # its tokens not made: recall reads them
                 try:
-                    memories = self.recaller.recall_copy(copy, message, now=now, state=state, analysis=analysis,
-                                                         recall_all=recall_all)
+                    memories = self.recaller.recall_copy(copy, message, now=now, state=state,
+                                                         analysis=_whole(analysis), recall_all=recall_all)
                 except Exception:
                     log.exception("memo-mw: recall failed; request passed through without memories")
                     memories = []
@@ -356,7 +353,7 @@ class MemoryMiddleware:
                 turn, body = _turn_and_body(body, raw)
             ts = turn.ts if turn is not None and turn.ts is not None else now  # (read for a forget request)
             memories, profile, state = self._read_user(user_id, message, now, result, ts, forget, stamp,
-                                                       analysis if analysis is None or analysis[0] is not None else None)
+                                                       _whole(analysis))
 
         new_raw = None
         if memories or profile:
@@ -420,8 +417,7 @@ class MemoryMiddleware:
             log.exception("memo-mw: could not read the user's insights; recalling without them")
             profile, stamp = [], None
         if forget:
-            self._views.pop(user_id, None)  # nothing of what the request names stays in this process
-            self._view_keys.pop(user_id, None)
+            self._drop_view(user_id)  # nothing of what the request names stays in this process
         elif stamp is not None and copy is not None and self.recaller.changes.cached(user_id) is state:
             # Only the state the listener vouches for (not one the outbox or a failed read made up),
             # and not past the time recall would read the user's version again.
@@ -441,6 +437,11 @@ class MemoryMiddleware:
             else:
                 self._view_keys.pop(user_id, None)
         return memories, profile, state
+
+    def _drop_view(self, user_id: str) -> None:
+        """Forget the user's view, and its key set with it."""
+        self._views.pop(user_id, None)
+        self._view_keys.pop(user_id, None)
 
     def _enqueue(self, func: str, args: list, *, job_id: str | None = None, pending: dict | None = None) -> None:
         try:
@@ -522,6 +523,12 @@ def _turn_of(body: Any, raw: bytes) -> Turn | None:
     if turn is not None and raw.find(b"\\u") >= 0 and (raw.find(b"\\ud") >= 0 or raw.find(b"\\uD") >= 0):
         turn = _without_lone_surrogates(turn)
     return turn
+
+
+def _whole(analysis: tuple | None) -> tuple | None:
+    """The analysis as recall takes it: None where read_request() left its tokens unmade (only the
+    topics and the key set they were checked against), for recall to make them."""
+    return None if analysis is not None and analysis[0] is None else analysis
 
 
 def _turn_and_body(body: Any, raw: bytes) -> tuple[Turn | None, Any]:
