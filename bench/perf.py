@@ -1,15 +1,15 @@
 """The performance suite (``make bench``): every figure a ratio to a baseline measured in the same run.
 
-    .venv/bin/python bench/perf.py [--quick] [--only NAME ...] [--json PATH]
+    .venv/bin/python bench/perf.py [--quick] [--only NAME ...] [--rounds N] [--json PATH]
 
 1. ``wsgi``: a non-trigger message (a new one each time) for a user with 100 memories,
    in-process WSGI calls: the Flask app wrapped by the middleware (private Redis) vs the bare app.
    Target <= 1.5x (p50).
 2. ``http``: the same over HTTP under gunicorn (1 worker, 4 threads) driven by wrk (16
-   connections), wrapped vs bare: both served at once, 24 rounds (6 with ``--quick``) of a
-   3-second run of each in turn, the order swapped every round; each round's ratio of requests
-   per second, p50 latency and the gunicorn worker's CPU time per request (from /proc), and
-   their median over the rounds, with the middle half of them. Target <= 1.05x.
+   connections), wrapped vs bare: both served at once, 24 rounds (6 with ``--quick``, N with
+   ``--rounds N``) of a 3-second run of each in turn, the order swapped every round; each round's
+   ratio of requests per second, p50 latency and the gunicorn worker's CPU time per request (from
+   /proc), and their median over the rounds, with the middle half of them. Target <= 1.05x.
 3. ``captured``: a message the rules capture (a new statement each time, from 200 users in
    turn), with a `memo-mw worker` storing them meanwhile as deployed: what handing it to the
    queue costs the request (with write-behind, the row in the local outbox that the outbox
@@ -449,6 +449,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller runs (about a minute)")
     parser.add_argument("--only", nargs="*", choices=["wsgi", "http", "captured", "worker", "recall", "rss"])
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--rounds", type=int, help="rounds of the HTTP figure (default 24, 6 with --quick): "
+                        "more for a tighter median, about 6 s a round")
     args = parser.parse_args()
     only = set(args.only or ["wsgi", "http", "captured", "worker", "recall", "rss"])
     n = 2000 if args.quick else 10000
@@ -460,7 +462,7 @@ def main() -> int:
     try:
         for name, run in (("wsgi", lambda: bench_wsgi(server, folder, n)),
                           ("http", lambda: bench_http(server, folder, 2 if args.quick else 3,
-                                                      6 if args.quick else 24)),
+                                                      args.rounds or (6 if args.quick else 24))),
                           ("captured", lambda: bench_captured(server, folder, n)),
                           ("worker", lambda: bench_worker(server, folder, 500 if args.quick else 2000)),
                           ("recall", lambda: bench_recall(200_000 if args.quick else 1_000_000)),
