@@ -22,7 +22,8 @@
  *       for an ASCII message, memo_mw.funnel.Funnel's verdict on the usual case in one call: 0 or
  *       1 when the message surely triggers nothing and asks to forget nothing (1: it may be a
  *       recall-everything question), -1 when the funnel must look closer (Funnel._quiet_args).
- *   read_request(environ, content_types, max_body, user_key, scan, usual[, views]) -> False, None, bytes or tuple
+ *   read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]])
+ *           -> False, None, bytes or tuple
  *       memo_mw.middleware.MemoryMiddleware's read of a request, for the usual one: False when Python
  *       must read it (before anything is read: an unusual content type, encoding or length), None when
  *       the body is not the middleware's to read (an empty one or one above max_body), else the body
@@ -31,10 +32,14 @@
  *       making its objects: json.loads(body) gives it), its "message", the user id from the header
  *       user_key (None: no header id wanted), the funnel's result for the message (usual[5][quiet
  *       verdict], None when it must look closer), the message's ascii_analysis, or (None, topics, keys)
- *       when views (the middleware's: a user id to a weak reference to a KeySet) has keys for the
- *       user and the message surely shares no token or topic with them, its tokens not made). usual is Funnel.usual_args():
- *       quiet()'s four arguments, the tagger's Lexicon, the results of the two quiet verdicts;
- *       None or (): only the body is read. Whatever fails after the read gives the body.
+ *       when views (the middleware's: a user id to a weak reference to a KeySet, or to a tuple
+ *       holding one first) has keys for the user and the message surely shares no token or topic
+ *       with them, its tokens not made). usual is Funnel.usual_args(): quiet()'s four arguments, the
+ *       tagger's Lexicon, the results of the two quiet verdicts, and whether the first of them
+ *       rules out a recall-everything question; None or (): only the body is read. With quick
+ *       (see view_answers()), the request that the user's view answers, nothing to recall and
+ *       nothing to capture, comes back as (body bytes, user id, message, topics, the funnel's
+ *       result). Whatever fails after the read gives the body.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -42,6 +47,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int is_alnum(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
@@ -909,7 +916,7 @@ static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 /* -- read_request(): the usual chat request, read in one call ------------------------------- */
 
 static PyObject *s_content_type, *s_transfer_encoding, *s_content_encoding, *s_content_length, *s_input, *s_read,
-    *s_messages, *s_message;
+    *s_messages, *s_message, *s_listening, *s_threads_pid, *s_epoch, *s_generation, *s_spooled;
 
 /* What str.strip() takes off the ends of an ASCII str. */
 static int is_strip_space(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f); }
@@ -1110,11 +1117,17 @@ static int plain_json(const unsigned char *b, Py_ssize_t n, PyObject **message) 
 }
 
 /* The KeySet of the user in views (the middleware's: user id -> a weak reference to the key set of
- * the user's view's copy of memories), a new reference; NULL (no error set) for none, or NULL with
- * an error that is no Exception (which goes on up). */
-static KeySetObject *view_keys(PyObject *views, PyObject *user) {
+ * the user's view's copy of memories, or a tuple holding that reference first: see view_answers()),
+ * a new reference; NULL (no error set) for none, or NULL with an error that is no Exception (which
+ * goes on up). *entry: a new reference to the user's tuple, when the value is one (else NULL). */
+static KeySetObject *view_keys(PyObject *views, PyObject *user, PyObject **entry) {
     PyObject *ref = views != NULL ? PyDict_GetItemWithError(views, user) : NULL;
     KeySetObject *keys = NULL;
+    *entry = NULL;
+    if (ref != NULL && PyTuple_CheckExact(ref) && PyTuple_GET_SIZE(ref) > 0) {
+        *entry = Py_NewRef(ref);
+        ref = PyTuple_GET_ITEM(ref, 0);
+    }
     if (ref != NULL && PyWeakref_CheckRef(ref)) {
         PyObject *held = PyWeakref_GetObject(ref);  /* borrowed; None once gone */
         if (held != NULL && PyObject_TypeCheck(held, &KeySetType))
@@ -1122,7 +1135,73 @@ static KeySetObject *view_keys(PyObject *views, PyObject *user) {
     }
     if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
         PyErr_Clear();
+    if (keys == NULL)
+        Py_CLEAR(*entry);
     return keys;
+}
+
+/* Whether the attribute name of owner is the int value (1), or not (0); -1 on error. */
+static int attr_is_int(PyObject *owner, PyObject *name, long long value) {
+    PyObject *got = PyObject_GetAttr(owner, name);
+    if (got == NULL)
+        return -1;
+    long long held = PyLong_Check(got) ? PyLong_AsLongLong(got) : -1;
+    int same = PyLong_Check(got) && held == value;
+    Py_DECREF(got);
+    return PyErr_Occurred() ? -1 : same;
+}
+
+/* Whether the user's view still answers a message that shares nothing with its keys: "nothing to
+ * recall" (1), or not (0: the middleware looks); -1 on error. entry is the user's value in views,
+ * (keys_ref, answers, epoch, generation, until), as MemoryMiddleware._read_user() keeps it: answers
+ * True when nothing but shared keys could make recall find something (a quick view with no
+ * insights); (epoch, generation) the user's stamp when the view was read; until its end by
+ * time.monotonic(). quick is (changes, spool): the checks of MemoryMiddleware._handle(), made here:
+ * changes (memo_mw.statecache.CachedUserState) gives the same stamp now (its stamp(): listening,
+ * its threads this process's, the same _epoch and _generation[user]), and spool (the outbox's
+ * backend, or None) has no jobs waiting (spooled false). */
+static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 || PyTuple_GET_ITEM(entry, 1) != Py_True ||
+        !PyFloat_CheckExact(PyTuple_GET_ITEM(entry, 4)) || !PyLong_CheckExact(PyTuple_GET_ITEM(entry, 2)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(entry, 3)) || !PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 2)
+        return 0;
+    struct timespec now;  /* time.monotonic()'s clock */
+    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0 ||
+        !((double)now.tv_sec + (double)now.tv_nsec * 1e-9 < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(entry, 4))))
+        return 0;
+    PyObject *changes = PyTuple_GET_ITEM(quick, 0), *spool = PyTuple_GET_ITEM(quick, 1);
+    PyObject *listening = PyObject_GetAttr(changes, s_listening);
+    if (listening == NULL)
+        return -1;
+    int yes = listening == Py_True;
+    Py_DECREF(listening);
+    if (!yes)
+        return 0;
+    /* getpid() each time, as stamp() asks it: uWSGI forks without Python's at-fork hooks. */
+    int same = attr_is_int(changes, s_threads_pid, (long long)getpid());
+    if (same <= 0)
+        return same;
+    long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 2));
+    if ((epoch == -1 && PyErr_Occurred()) || (same = attr_is_int(changes, s_epoch, epoch)) <= 0)
+        return same;
+    PyObject *generations = PyObject_GetAttr(changes, s_generation);
+    if (generations == NULL)
+        return -1;
+    /* (a plain lookup: the defaultdict's missing user is no stamp of a view) */
+    PyObject *generation = PyDict_Check(generations) ? PyDict_GetItemWithError(generations, user) : NULL;
+    same = generation != NULL && PyLong_CheckExact(generation) &&
+           PyObject_RichCompareBool(generation, PyTuple_GET_ITEM(entry, 3), Py_EQ) == 1;
+    Py_DECREF(generations);
+    if (PyErr_Occurred())
+        return -1;
+    if (!same || spool == Py_None)
+        return same;
+    PyObject *spooled = PyObject_GetAttr(spool, s_spooled);
+    if (spooled == NULL)
+        return -1;
+    int waiting = PyObject_IsTrue(spooled);
+    Py_DECREF(spooled);
+    return waiting < 0 ? -1 : !waiting;
 }
 
 /* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's
@@ -1130,7 +1209,7 @@ static KeySetObject *view_keys(PyObject *views, PyObject *user) {
  * a body that is not ASCII, not one JSON object starting at its first byte, an OpenAI body, a message
  * that is not a non-empty ASCII str, no plain user id in the header user_key. */
 static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_key, PyObject *scan, PyObject *usual,
-                             PyObject *views) {
+                             PyObject *views, PyObject *quick) {
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
     Py_ssize_t n = PyBytes_GET_SIZE(raw);
     if (usual == Py_None || user_key == Py_None || n == 0 || b[0] != '{')
@@ -1142,6 +1221,7 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
     /* The body's message, read in place; where that cannot tell, the json module's scanner reads
      * the body (and the body's object goes back to the caller, which would read it anyway). */
     PyObject *out = NULL, *analysis = NULL, *user = NULL, *scanned = NULL, *body = Py_None, *message = NULL;
+    PyObject *entry = NULL;  /* the user's tuple in views, when it is one */
     unsigned char *folded = NULL;
     int plain = plain_json(b, n, &message);
     if (plain == 0 || plain == -2)
@@ -1204,17 +1284,31 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         folded[i] = (m[i] >= 'A' && m[i] <= 'Z') ? (unsigned char)(m[i] + 32) : m[i];
     /* With the user's view's keys, checked against them without the tokens made (the usual
      * message shares none); where they may share one, or without keys, the whole analysis. */
-    KeySetObject *keys = view_keys(views, user);
+    KeySetObject *keys = view_keys(views, user, &entry);
     if (keys == NULL && PyErr_Occurred())
         goto done;
     analysis = keys == NULL ? NULL : analysis_of(folded, length, (LexiconObject *)lexicon, keys);
     Py_XDECREF(keys);
     if (analysis == NULL && !PyErr_Occurred())
         analysis = analysis_of(folded, length, (LexiconObject *)lexicon, NULL);
-    if (analysis != NULL)
-        out = PyTuple_Pack(6, raw, body, message, user, verdict < 0 ? Py_None : PyTuple_GET_ITEM(results, verdict),
-                           analysis);
+    if (analysis == NULL)
+        goto done;
+    /* Nothing shared with the view's keys, nothing triggered, no recall-everything question: where
+     * the view still answers, the request is answered here (nothing to recall, nothing to capture). */
+    if (PyTuple_GET_ITEM(analysis, 0) == Py_None && verdict == 0 && entry != NULL && quick != NULL &&
+        PyTuple_GET_SIZE(usual) == 7 && PyTuple_GET_ITEM(usual, 6) == Py_True) {
+        int answers = view_answers(entry, quick, user);
+        if (answers < 0)
+            goto done;
+        if (answers) {
+            out = PyTuple_Pack(5, raw, user, message, PyTuple_GET_ITEM(analysis, 1), PyTuple_GET_ITEM(results, 0));
+            goto done;
+        }
+    }
+    out = PyTuple_Pack(6, raw, body, message, user, verdict < 0 ? Py_None : PyTuple_GET_ITEM(results, verdict),
+                       analysis);
 done:
+    Py_XDECREF(entry);
     PyMem_Free(folded);
     Py_XDECREF(analysis);
     Py_XDECREF(user);
@@ -1223,15 +1317,18 @@ done:
     return out;
 }
 
-/* read_request(environ, content_types, max_body, user_key, scan, usual[, views]): see the module's doc. */
+/* read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]]): see the module's doc. */
 static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 && nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "read_request(environ, content_types, max_body, user_key, scan, usual[, views])");
+    if (nargs < 6 || nargs > 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]])");
         return NULL;
     }
-    PyObject *views = nargs == 7 && args[6] != Py_None ? args[6] : NULL;
-    if (views != NULL && !PyDict_CheckExact(views)) {
-        PyErr_SetString(PyExc_TypeError, "read_request: views a dict or None");
+    PyObject *views = nargs >= 7 && args[6] != Py_None ? args[6] : NULL;
+    PyObject *quick = nargs == 8 && args[7] != Py_None ? args[7] : NULL;
+    if ((views != NULL && !PyDict_CheckExact(views)) ||
+        (quick != NULL && (!PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 2))) {
+        PyErr_SetString(PyExc_TypeError, "read_request: views a dict or None, quick a (changes, spool) tuple or None");
         return NULL;
     }
     PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
@@ -1241,8 +1338,8 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
         return Py_NewRef(Py_False);
     }
     if (!PyDict_Check(environ) || !PyAnySet_Check(content_types) || (user_key != Py_None && !PyUnicode_Check(user_key)) ||
-        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) != 6 && PyTuple_GET_SIZE(usual) != 0)))) {
-        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 6-tuple, () or None");
+        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) < 6 && PyTuple_GET_SIZE(usual) != 0) || PyTuple_GET_SIZE(usual) > 7))) {
+        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 6- or 7-tuple, () or None");
         return NULL;
     }
     if (usual != Py_None && PyTuple_GET_SIZE(usual) == 0)
@@ -1277,7 +1374,7 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
         return raw;
     /* Read: from here on nothing fails, whatever happens the body goes back to the caller (but for
      * what is no Exception, as a KeyboardInterrupt in the JSON scanner's hooks: that goes on up). */
-    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual, views);
+    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual, views, quick);
     if (parts == NULL) {
         if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
             Py_DECREF(raw);
@@ -1299,8 +1396,8 @@ static PyMethodDef methods[] = {
     {"quiet", (PyCFunction)(void (*)(void))quiet, METH_FASTCALL,
      "quiet(text, classes, table, outputs, spec) -> 0 or 1 for a text that triggers nothing, -1: look closer"},
     {"read_request", (PyCFunction)(void (*)(void))read_request, METH_FASTCALL,
-     "read_request(environ, content_types, max_body, user_key, scan, usual[, views]) -> False, None, the body or "
-     "its parts"},
+     "read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]]) -> False, None, the "
+     "body, its parts or its answer"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1314,7 +1411,9 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         const char *text;
     } names[] = {{&s_content_type, "CONTENT_TYPE"}, {&s_transfer_encoding, "HTTP_TRANSFER_ENCODING"},
                  {&s_content_encoding, "HTTP_CONTENT_ENCODING"}, {&s_content_length, "CONTENT_LENGTH"},
-                 {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"}};
+                 {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"},
+                 {&s_listening, "listening"}, {&s_threads_pid, "_threads_pid"}, {&s_epoch, "_epoch"},
+                 {&s_generation, "_generation"}, {&s_spooled, "spooled"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;

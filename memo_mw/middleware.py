@@ -150,11 +150,17 @@ class MemoryMiddleware:
         state = getattr(getattr(self.queue, "backend", self.queue), "state", None)
         if isinstance(state, CachedUserState):
             self.recaller.changes = state
+        #: What memo_mw._speedups.read_request() checks before a user's view answers a request on
+        #: its own (_handle's checks of the view: the user's stamp, jobs waiting in the outbox).
+        self._quick = (state, self.queue if hasattr(self.queue, "spooled") else None) \
+            if isinstance(state, CachedUserState) else None
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}
-        #: The key set (UserMemories.key_set) of each quick view's copy, by weak reference, against
-        #: which read_request() checks the message (a dict of its own: one lookup, no attribute read).
-        self._view_keys: dict[str, Callable[[], Any]] = {}
+        #: Each quick view's (the key set of its copy (UserMemories.key_set) by weak reference, whether
+        #: it answers a message sharing none of its keys on its own (no insights), its stamp's epoch
+        #: and generation, its until): read_request() checks the message against the keys, and where
+        #: the view still answers, answers the request (a dict of its own: one lookup, no attribute read).
+        self._view_keys: dict[str, tuple] = {}
         self._reloading = isinstance(self.funnel, ReloadingFunnel)
         # How the request notes its topic counts without a call, when the state offers it.
         self._topic_notes = getattr(getattr(self.queue, "state", None), "topic_notes", lambda: None)()
@@ -179,13 +185,23 @@ class MemoryMiddleware:
                     got = _read_request(environ, _PLAIN_JSON, self.max_body,
                                         self.user_header_key if self.get_user is None else None, _SCAN,
                                         funnel._usual if funnel._usual is not None else funnel.usual_args(),
-                                        self._view_keys) if _read_request is not None else False
+                                        self._view_keys, self._quick) if _read_request is not None else False
                     if got is False:
                         got = self._read_body(environ)
                 except Exception:  # nothing was read (or nothing can be put back): leave the request alone
                     log.exception("memo-mw: could not read the request body; request passed through")
                     got = None
-                if got is not None:
+                if type(got) is tuple and len(got) == 5:
+                    # Answered by the user's view (read_request: nothing to recall, nothing to capture):
+                    # what _handle() would do then is to count the message's topics.
+                    try:
+                        environ[ENVIRON_CAPTURE] = got[4].stage
+                        self._count_topics(got[1], got[2], got[3], self.clock())
+                    except Exception:
+                        log.exception("memo-mw: could not count the message's topics")
+                    finally:
+                        environ["wsgi.input"] = io.BytesIO(got[0])
+                elif got is not None:
                     parts = got if type(got) is tuple else None
                     raw = got if parts is None else parts[0]
                     content_length = environ.get("CONTENT_LENGTH")
@@ -302,17 +318,7 @@ class MemoryMiddleware:
             try:
                 if analysis is None:
                     analysis = self.funnel.topics.analyse_once(message)
-                topics = analysis[1]
-                # Most messages: no topic, in English (count_keys' answer then, without the calls).
-                names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
-                start, end, week = self._week
-                if not start <= now < end:  # (two comparisons: no float division a request)
-                    week = self._week_of(now)
-                notes = self._topic_notes  # (gate, append) of the state's topic_notes(), or None
-                if notes is None:
-                    self.queue.state.note_topics(self.db, user_id, week, names)
-                elif notes[0] is None or notes[0].closed:
-                    notes[1]((user_id, week, names))
+                self._count_topics(user_id, message, analysis[1], now)
             except Exception:
                 log.exception("memo-mw: could not count the message's topics")
                 analysis = None
@@ -395,6 +401,19 @@ class MemoryMiddleware:
             self._enqueue(REMEMBER, [self.db, payload], job_id=payload["job_key"], pending=payload)
         return new_raw
 
+    def _count_topics(self, user_id: str, message: str, topics: Any, now: float) -> None:
+        """Note the message's topics (None or a set) for the weekly insights (memo_mw.counters)."""
+        # Most messages: no topic, in English (count_keys' answer then, without the calls).
+        names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
+        start, end, week = self._week
+        if not start <= now < end:  # (two comparisons: no float division a request)
+            week = self._week_of(now)
+        notes = self._topic_notes  # (gate, append) of the state's topic_notes(), or None
+        if notes is None:
+            self.queue.state.note_topics(self.db, user_id, week, names)
+        elif notes[0] is None or notes[0].closed:
+            notes[1]((user_id, week, names))
+
     def _read_user(self, user_id: str, message: str, now: float, result: Any, ts: float, forget: bool,
                    stamp: tuple | None, analysis: tuple | None) -> tuple[list, list, UserState]:
         """The user's state, memories for the message and insights, read where they are kept (and
@@ -433,7 +452,8 @@ class MemoryMiddleware:
             keys = copy.key_set if quick else None
             self._views[user_id] = _UserView(stamp, until, state, weakref.ref(copy), tuple(profile), quick)
             if keys is not None:
-                self._view_keys[user_id] = weakref.ref(keys)
+                # (what _handle checks of the view, for read_request() to check: see _speedups.c)
+                self._view_keys[user_id] = (weakref.ref(keys), not profile, *stamp, float(until))
             else:
                 self._view_keys.pop(user_id, None)
         return memories, profile, state

@@ -5,9 +5,12 @@ Python code reads the request as it always did."""
 
 from __future__ import annotations
 
+import collections
 import io
 import json
+import os
 import sys
+import time
 import weakref
 
 import pytest
@@ -360,6 +363,78 @@ def test_without_a_view_s_keys_the_whole_analysis(middleware, ref):
         read_with_views(middleware, body, [])
 
 
+class Changes:
+    """What read_request() reads of memo_mw.statecache.CachedUserState to tell that a user's stamp
+    is the one a view was read under (its stamp(): listening, its threads this process's, the same
+    epoch and the user's generation): the attributes alone, set by each case below."""
+
+    def __init__(self, **changed):
+        self.listening, self._threads_pid, self._epoch = True, os.getpid(), 3
+        self._generation = collections.defaultdict(int, {"alice": 7})
+        self.__dict__.update(changed)
+
+
+class Spool:
+    def __init__(self, spooled):
+        self.spooled = spooled
+
+
+def answer_of(middleware, message, entry, quick, usual=None):
+    body = json.dumps({"message": message}).encode()
+    return read_request(environ_of(body), _PLAIN_JSON, middleware.max_body, middleware.user_header_key, _SCAN,
+                        usual or middleware.funnel.usual_args(), {"alice": entry}, quick)
+
+
+def test_a_view_that_still_answers_answers_the_request(middleware):
+    """Where the user's view still answers (its stamp the user's, nothing waiting in the outbox,
+    before its end, no insights) and the message shares nothing with its keys, triggers nothing and
+    asks for nothing: the request comes back answered, (body, user, message, topics, result);
+    wherever one of these does not hold, as read without the answer."""
+    by_token, by_topic = keys_of(middleware, ["I like green tea", "I love hiking in the alps"])
+    keys = KeySet(by_token, by_topic)
+    later = time.monotonic() + 60
+
+    def entry(answers=True, epoch=3, generation=7, until=later, ref=weakref.ref(keys)):
+        return (ref, answers, epoch, generation, until)
+
+    usual = middleware.funnel.usual_args()
+    message = "what is the weather like in town 12 today?"
+    got = answer_of(middleware, message, entry(), (Changes(), Spool(False)))
+    assert got == (json.dumps({"message": message}).encode(), "alice", message,
+                   middleware.funnel.topics.analyse_once(message)[1], usual[5][0])
+    assert got[4].stage == "no_trigger" and got[4].recall_all is False
+    assert answer_of(middleware, message, entry(), (Changes(), None)) == got  # no outbox
+    topical = "what should I cook tonight?"  # a topic, none of the memories'
+    assert answer_of(middleware, topical, entry(), (Changes(), None))[3] == \
+        middleware.funnel.topics.analyse_once(topical)[1] != frozenset()
+
+    unanswered = {
+        "insights shown with it": (message, entry(answers=False), (Changes(), None), None),
+        "past its end": (message, entry(until=time.monotonic() - 1), (Changes(), None), None),
+        "not listening": (message, entry(), (Changes(listening=False), None), None),
+        "threads of another process": (message, entry(), (Changes(_threads_pid=os.getpid() + 1), None), None),
+        "another epoch": (message, entry(epoch=4), (Changes(), None), None),
+        "another generation": (message, entry(generation=8), (Changes(), None), None),
+        "the user dropped": (message, entry(), (Changes(_generation={}), None), None),
+        "jobs in the outbox": (message, entry(), (Changes(), Spool(True)), None),
+        "no quick context": (message, entry(), None, None),
+        "a shared word": ("any green tea tips?", entry(), (Changes(), None), None),
+        "a shared topic": ("which mountains are good for a walk?", entry(), (Changes(), None), None),
+        "a trigger": ("I like jazz", entry(), (Changes(), None), None),
+        "a recall-everything question": ("what do you remember about me?", entry(), (Changes(), None), None),
+        "rules without recall-everything": (message, entry(), (Changes(), None), (*usual[:6], False)),
+        "an old 6-tuple": (message, entry(), (Changes(), None), usual[:6]),
+    }
+    for case, (text, view, quick, rules) in unanswered.items():
+        got = answer_of(middleware, text, view, quick, rules)
+        assert type(got) is tuple and len(got) == 6, case
+        assert got == answer_of(middleware, text, weakref.ref(keys), None, rules), case  # the keys' read
+    with pytest.raises(TypeError):
+        answer_of(middleware, message, entry(), [Changes(), None])
+    # No stamp to read (an AttributeError): as whatever fails after the read, the body, for Python to read.
+    assert answer_of(middleware, message, entry(), (object(), None)) == json.dumps({"message": message}).encode()
+
+
 def test_what_it_cannot_read_is_a_clear_error(middleware):
     with pytest.raises(TypeError):
         read_request({}, _PLAIN_JSON, 10, "HTTP_X_USER_ID", _SCAN)
@@ -461,9 +536,11 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
         quick, by_keys = [], []
         real = middleware_module._read_request
         with monkeypatch.context() as reading:
-            if real is not None:  # whether the view's keys answered (the message's tokens not made)
+            if real is not None:  # whether the view answered the request, or its keys the message
                 reading.setattr(middleware_module, "_read_request", lambda *args: (lambda got: by_keys.append(
-                    type(got) is tuple and got[5] is not None and got[5][0] is None) or got)(real(*args)))
+                    "answered" if type(got) is tuple and len(got) == 5 else
+                    "keys" if type(got) is tuple and got[5] is not None and got[5][0] is None else None)
+                    or got)(real(*args)))
             for question in questions:
                 views = dict(middleware._views)
                 middleware(environ_of(json.dumps({"message": question}).encode()), lambda *a: None)
@@ -482,10 +559,11 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
     assert python[:2] == with_c[:2] == recalled[:2]
     assert any(with_c[0]) and sum(with_c[2]) >= len(questions) // 2  # recalled something; views answered
     assert not any(recalled[2]) and not any(recalled[3]) and not python[3]
-    # The view's keys answered exactly where a view was there and nothing was recalled (the last
-    # two share only a topic with a memory: recalled).
-    assert with_c[3] == [quick and not memories for quick, memories in zip(with_c[2], with_c[0])]
-    assert any(with_c[3])
+    # The view (or its keys) answered exactly where a view was there and nothing was recalled (the
+    # last two share only a topic with a memory: recalled); with no insights, the view itself.
+    assert [bool(answer) for answer in with_c[3]] == [quick and not memories
+                                                      for quick, memories in zip(with_c[2], with_c[0])]
+    assert "answered" in with_c[3] and "keys" not in with_c[3]
 
 
 def test_topic_counts_wait_while_redis_is_down(db, redis_url):
