@@ -916,7 +916,7 @@ static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 /* -- read_request(): the usual chat request, read in one call ------------------------------- */
 
 static PyObject *s_content_type, *s_transfer_encoding, *s_content_encoding, *s_content_length, *s_input, *s_read,
-    *s_messages, *s_message, *s_listening, *s_threads_pid, *s_epoch, *s_generation, *s_spooled;
+    *s_messages, *s_message, *s_trusted, *s_spooled;
 
 /* What str.strip() takes off the ends of an ASCII str. */
 static int is_strip_space(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f); }
@@ -1140,61 +1140,47 @@ static KeySetObject *view_keys(PyObject *views, PyObject *user, PyObject **entry
     return keys;
 }
 
-/* Whether the attribute name of owner is the int value (1), or not (0); -1 on error. */
-static int attr_is_int(PyObject *owner, PyObject *name, long long value) {
-    PyObject *got = PyObject_GetAttr(owner, name);
-    if (got == NULL)
-        return -1;
-    long long held = PyLong_Check(got) ? PyLong_AsLongLong(got) : -1;
-    int same = PyLong_Check(got) && held == value;
-    Py_DECREF(got);
-    return PyErr_Occurred() ? -1 : same;
-}
-
 /* Whether the user's view still answers a message that shares nothing with its keys: "nothing to
  * recall" (1), or not (0: the middleware looks); -1 on error. entry is the user's value in views,
  * (keys_ref, answers, epoch, generation, until), as MemoryMiddleware._read_user() keeps it: answers
  * True when nothing but shared keys could make recall find something (a quick view with no
  * insights); (epoch, generation) the user's stamp when the view was read; until its end by
- * time.monotonic(). quick is (changes, spool): the checks of MemoryMiddleware._handle(), made here:
- * changes (memo_mw.statecache.CachedUserState) gives the same stamp now (its stamp(): listening,
- * its threads this process's, the same _epoch and _generation[user]), and spool (the outbox's
- * backend, or None) has no jobs waiting (spooled false). */
+ * time.monotonic(). quick is (changes, generations, spool): the checks of MemoryMiddleware._handle(),
+ * made here: changes (memo_mw.statecache.CachedUserState) gives the same stamp now (as its stamp():
+ * its _trusted (epoch, pid) with this process's id and the view's epoch, and the view's generation
+ * in generations, its _generation), and spool (the outbox's backend, or None) has no jobs waiting
+ * (spooled false). */
 static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 || PyTuple_GET_ITEM(entry, 1) != Py_True ||
-        !PyFloat_CheckExact(PyTuple_GET_ITEM(entry, 4)) || !PyLong_CheckExact(PyTuple_GET_ITEM(entry, 2)) ||
-        !PyLong_CheckExact(PyTuple_GET_ITEM(entry, 3)) || !PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 2)
+        !PyFloat_CheckExact(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3 ||
+        !PyDict_Check(PyTuple_GET_ITEM(quick, 1)))
         return 0;
     struct timespec now;  /* time.monotonic()'s clock */
     if (clock_gettime(CLOCK_MONOTONIC, &now) != 0 ||
         !((double)now.tv_sec + (double)now.tv_nsec * 1e-9 < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(entry, 4))))
         return 0;
-    PyObject *changes = PyTuple_GET_ITEM(quick, 0), *spool = PyTuple_GET_ITEM(quick, 1);
-    PyObject *listening = PyObject_GetAttr(changes, s_listening);
-    if (listening == NULL)
+    PyObject *trusted = PyObject_GetAttr(PyTuple_GET_ITEM(quick, 0), s_trusted);
+    if (trusted == NULL)
         return -1;
-    int yes = listening == Py_True;
-    Py_DECREF(listening);
-    if (!yes)
-        return 0;
     /* getpid() each time, as stamp() asks it: uWSGI forks without Python's at-fork hooks. */
-    int same = attr_is_int(changes, s_threads_pid, (long long)getpid());
-    if (same <= 0)
-        return same;
-    long long epoch = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 2));
-    if ((epoch == -1 && PyErr_Occurred()) || (same = attr_is_int(changes, s_epoch, epoch)) <= 0)
-        return same;
-    PyObject *generations = PyObject_GetAttr(changes, s_generation);
-    if (generations == NULL)
-        return -1;
-    /* (a plain lookup: the defaultdict's missing user is no stamp of a view) */
-    PyObject *generation = PyDict_Check(generations) ? PyDict_GetItemWithError(generations, user) : NULL;
-    same = generation != NULL && PyLong_CheckExact(generation) &&
-           PyObject_RichCompareBool(generation, PyTuple_GET_ITEM(entry, 3), Py_EQ) == 1;
-    Py_DECREF(generations);
+    int same = PyTuple_CheckExact(trusted) && PyTuple_GET_SIZE(trusted) == 2 &&
+               PyLong_CheckExact(PyTuple_GET_ITEM(trusted, 1)) &&
+               PyLong_AsLong(PyTuple_GET_ITEM(trusted, 1)) == (long)getpid() &&
+               PyObject_RichCompareBool(PyTuple_GET_ITEM(trusted, 0), PyTuple_GET_ITEM(entry, 2), Py_EQ) == 1;
+    Py_DECREF(trusted);
     if (PyErr_Occurred())
         return -1;
-    if (!same || spool == Py_None)
+    if (!same)
+        return 0;
+    /* (a plain lookup: a user the defaultdict does not hold is no view's stamp) */
+    PyObject *generation = PyDict_GetItemWithError(PyTuple_GET_ITEM(quick, 1), user);
+    if (generation == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(generation);
+    same = PyObject_RichCompareBool(generation, PyTuple_GET_ITEM(entry, 3), Py_EQ);
+    Py_DECREF(generation);
+    PyObject *spool = PyTuple_GET_ITEM(quick, 2);
+    if (same != 1 || spool == Py_None)
         return same;
     PyObject *spooled = PyObject_GetAttr(spool, s_spooled);
     if (spooled == NULL)
@@ -1327,8 +1313,9 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
     PyObject *views = nargs >= 7 && args[6] != Py_None ? args[6] : NULL;
     PyObject *quick = nargs == 8 && args[7] != Py_None ? args[7] : NULL;
     if ((views != NULL && !PyDict_CheckExact(views)) ||
-        (quick != NULL && (!PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 2))) {
-        PyErr_SetString(PyExc_TypeError, "read_request: views a dict or None, quick a (changes, spool) tuple or None");
+        (quick != NULL && (!PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_request: views a dict or None, quick a (changes, generations, spool) tuple or None");
         return NULL;
     }
     PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
@@ -1412,8 +1399,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     } names[] = {{&s_content_type, "CONTENT_TYPE"}, {&s_transfer_encoding, "HTTP_TRANSFER_ENCODING"},
                  {&s_content_encoding, "HTTP_CONTENT_ENCODING"}, {&s_content_length, "CONTENT_LENGTH"},
                  {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"},
-                 {&s_listening, "listening"}, {&s_threads_pid, "_threads_pid"}, {&s_epoch, "_epoch"},
-                 {&s_generation, "_generation"}, {&s_spooled, "spooled"}};
+                 {&s_trusted, "_trusted"}, {&s_spooled, "spooled"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;

@@ -152,7 +152,7 @@ class MemoryMiddleware:
             self.recaller.changes = state
         #: What memo_mw._speedups.read_request() checks before a user's view answers a request on
         #: its own (_handle's checks of the view: the user's stamp, jobs waiting in the outbox).
-        self._quick = (state, self.queue if hasattr(self.queue, "spooled") else None) \
+        self._quick = (state, state._generation, self.queue if hasattr(self.queue, "spooled") else None) \
             if isinstance(state, CachedUserState) else None
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}

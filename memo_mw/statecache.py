@@ -74,6 +74,9 @@ class CachedUserState:
         self._epoch = 0  # moves each time the listener subscribes or loses Redis
         self._lock = threading.Lock()
         self.listening = False
+        #: (epoch, the listener's process id) while listening, else None: what stamp() and the
+        #: middleware's one-call read (memo_mw._speedups.read_request) trust, in one attribute.
+        self._trusted: tuple[int, int] | None = None
         self.stats: collections.defaultdict[str, int] = collections.defaultdict(int)  # (not Counter: see memcache)
         self._stop = threading.Event()
         self._threads_pid: int | None = None
@@ -124,9 +127,10 @@ class CachedUserState:
         be trusted (not listening). Recall keys its copy of the user's version on it (a stored
         memory drops its pending entry, a deletion adds a forget marker: both publish; anything
         else is seen within defaults.RECALL_VERSION_MAX_AGE)."""
-        if not (self.listening and self._threads_pid == os.getpid()):
+        trusted = self._trusted
+        if trusted is None or trusted[1] != os.getpid():
             return None
-        return self._epoch, self._generation[user_id]
+        return trusted[0], self._generation[user_id]
 
     def invalidate(self, user_id: str) -> None:
         with self._lock:
@@ -162,13 +166,20 @@ class CachedUserState:
             if self._threads_pid == os.getpid():
                 return
             # After a fork: this process starts with nothing it could trust.
-            self.listening = False
-            with self._lock:
-                self._cache.clear()
+            self._listening(False)
             self._threads_pid = os.getpid()
             ref = weakref.ref(self)
             threading.Thread(target=_listen, args=(ref,), name="memo-mw-state-listener", daemon=True).start()
             threading.Thread(target=_send, args=(ref,), name="memo-mw-count-sender", daemon=True).start()
+
+    def _listening(self, listening: bool) -> None:
+        """Trust this process's copies from now on (the listener has subscribed) or no longer (it
+        lost Redis, or this is a forked process): either way nothing cached before is used again."""
+        with self._lock:
+            self._cache.clear()
+            self._epoch += 1
+            self.listening = listening
+            self._trusted = (self._epoch, self._threads_pid) if listening else None
 
     def send_counts(self) -> None:
         """Send the noted topic counts and the backend's recall counts now."""
@@ -200,10 +211,7 @@ def _listen(ref: weakref.ref) -> None:
             cache = ref()
             if cache is None:
                 return
-            with cache._lock:
-                cache._cache.clear()
-                cache._epoch += 1
-            cache.listening = True
+            cache._listening(True)
             del cache
             backoff = 0.1
             while True:
@@ -218,8 +226,7 @@ def _listen(ref: weakref.ref) -> None:
             cache = ref()
             if cache is None:
                 return
-            cache.listening = False
-            cache._epoch += 1
+            cache._listening(False)
             stop = cache._stop
             del cache
             log.debug("memo-mw: state listener lost Redis (%s); retrying", exc)

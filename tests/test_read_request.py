@@ -363,15 +363,13 @@ def test_without_a_view_s_keys_the_whole_analysis(middleware, ref):
         read_with_views(middleware, body, [])
 
 
-class Changes:
-    """What read_request() reads of memo_mw.statecache.CachedUserState to tell that a user's stamp
-    is the one a view was read under (its stamp(): listening, its threads this process's, the same
-    epoch and the user's generation): the attributes alone, set by each case below."""
-
-    def __init__(self, **changed):
-        self.listening, self._threads_pid, self._epoch = True, os.getpid(), 3
-        self._generation = collections.defaultdict(int, {"alice": 7})
-        self.__dict__.update(changed)
+def changes(trusted=(3, None), generations=None, spool=None):
+    """read_request()'s quick argument: what it reads of memo_mw.statecache.CachedUserState to tell
+    that a user's stamp is the one a view was read under (as its stamp(): trusted, (epoch, the
+    listener's process id) while listening, and the user's generation), and the outbox's backend."""
+    trusted = (trusted[0], os.getpid() if trusted[1] is None else trusted[1]) if trusted is not None else None
+    owner = type("Changes", (), {"_trusted": trusted})()
+    return owner, collections.defaultdict(int, {"alice": 7}) if generations is None else generations, spool
 
 
 class Spool:
@@ -399,40 +397,40 @@ def test_a_view_that_still_answers_answers_the_request(middleware):
 
     usual = middleware.funnel.usual_args()
     message = "what is the weather like in town 12 today?"
-    got = answer_of(middleware, message, entry(), (Changes(), Spool(False)))
+    got = answer_of(middleware, message, entry(), changes(spool=Spool(False)))
     assert got == (json.dumps({"message": message}).encode(), "alice", message,
                    middleware.funnel.topics.analyse_once(message)[1], usual[5][0])
     assert got[4].stage == "no_trigger" and got[4].recall_all is False
-    assert answer_of(middleware, message, entry(), (Changes(), None)) == got  # no outbox
+    assert answer_of(middleware, message, entry(), changes()) == got  # no outbox
     topical = "what should I cook tonight?"  # a topic, none of the memories'
-    assert answer_of(middleware, topical, entry(), (Changes(), None))[3] == \
+    assert answer_of(middleware, topical, entry(), changes())[3] == \
         middleware.funnel.topics.analyse_once(topical)[1] != frozenset()
 
     unanswered = {
-        "insights shown with it": (message, entry(answers=False), (Changes(), None), None),
-        "past its end": (message, entry(until=time.monotonic() - 1), (Changes(), None), None),
-        "not listening": (message, entry(), (Changes(listening=False), None), None),
-        "threads of another process": (message, entry(), (Changes(_threads_pid=os.getpid() + 1), None), None),
-        "another epoch": (message, entry(epoch=4), (Changes(), None), None),
-        "another generation": (message, entry(generation=8), (Changes(), None), None),
-        "the user dropped": (message, entry(), (Changes(_generation={}), None), None),
-        "jobs in the outbox": (message, entry(), (Changes(), Spool(True)), None),
+        "insights shown with it": (message, entry(answers=False), changes(), None),
+        "past its end": (message, entry(until=time.monotonic() - 1), changes(), None),
+        "not listening": (message, entry(), changes(trusted=None), None),
+        "threads of another process": (message, entry(), changes(trusted=(3, os.getpid() + 1)), None),
+        "another epoch": (message, entry(epoch=4), changes(), None),
+        "another generation": (message, entry(generation=8), changes(), None),
+        "the user dropped": (message, entry(), changes(generations={}), None),
+        "jobs in the outbox": (message, entry(), changes(spool=Spool(True)), None),
         "no quick context": (message, entry(), None, None),
-        "a shared word": ("any green tea tips?", entry(), (Changes(), None), None),
-        "a shared topic": ("which mountains are good for a walk?", entry(), (Changes(), None), None),
-        "a trigger": ("I like jazz", entry(), (Changes(), None), None),
-        "a recall-everything question": ("what do you remember about me?", entry(), (Changes(), None), None),
-        "rules without recall-everything": (message, entry(), (Changes(), None), (*usual[:6], False)),
-        "an old 6-tuple": (message, entry(), (Changes(), None), usual[:6]),
+        "a shared word": ("any green tea tips?", entry(), changes(), None),
+        "a shared topic": ("which mountains are good for a walk?", entry(), changes(), None),
+        "a trigger": ("I like jazz", entry(), changes(), None),
+        "a recall-everything question": ("what do you remember about me?", entry(), changes(), None),
+        "rules without recall-everything": (message, entry(), changes(), (*usual[:6], False)),
+        "an old 6-tuple": (message, entry(), changes(), usual[:6]),
     }
     for case, (text, view, quick, rules) in unanswered.items():
         got = answer_of(middleware, text, view, quick, rules)
         assert type(got) is tuple and len(got) == 6, case
         assert got == answer_of(middleware, text, weakref.ref(keys), None, rules), case  # the keys' read
     with pytest.raises(TypeError):
-        answer_of(middleware, message, entry(), [Changes(), None])
+        answer_of(middleware, message, entry(), list(changes()))
     # No stamp to read (an AttributeError): as whatever fails after the read, the body, for Python to read.
-    assert answer_of(middleware, message, entry(), (object(), None)) == json.dumps({"message": message}).encode()
+    assert answer_of(middleware, message, entry(), (object(), {}, None)) == json.dumps({"message": message}).encode()
 
 
 def test_what_it_cannot_read_is_a_clear_error(middleware):
