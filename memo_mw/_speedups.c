@@ -47,8 +47,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#ifndef _WIN32
 #include <time.h>
 #include <unistd.h>
+#endif
 
 static int is_alnum(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
@@ -1151,6 +1153,9 @@ static KeySetObject *view_keys(PyObject *views, PyObject *user, PyObject **entry
  * in generations, its _generation), and spool (the outbox's backend, or None) has no jobs waiting
  * (spooled false). */
 static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
+#ifdef _WIN32
+    return 0;  /* (no CLOCK_MONOTONIC or getpid() here: the middleware's Python makes the checks) */
+#else
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 || PyTuple_GET_ITEM(entry, 1) != Py_True ||
         !PyFloat_CheckExact(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3 ||
         !PyDict_Check(PyTuple_GET_ITEM(quick, 1)))
@@ -1188,6 +1193,7 @@ static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
     int waiting = PyObject_IsTrue(spooled);
     Py_DECREF(spooled);
     return waiting < 0 ? -1 : !waiting;
+#endif
 }
 
 /* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's

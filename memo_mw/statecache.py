@@ -107,13 +107,15 @@ class CachedUserState:
             return hit
         listening = self.listening and self._threads_pid == os.getpid()
         with self._lock:
-            generation = self._generation[user_id]
+            generation, trusted = self._generation[user_id], self._trusted
         self.stats["miss"] += 1
         state = self.inner.read(user_id)
         self._ensure_threads()  # once Redis has answered: a listener for a Redis that is not there waits
         if listening and self.listening:
             with self._lock:
-                if self._generation[user_id] == generation:  # nothing changed while we read
+                # Nothing changed while we read: no message about the user, and the listener has
+                # not lost Redis and subscribed again meanwhile (messages may have gone unheard).
+                if self._generation[user_id] == generation and self._trusted == trusted:
                     self._cache[user_id] = (state, time.monotonic())
                     self._cache.move_to_end(user_id)
                     while len(self._cache) > self.max_users:

@@ -21,7 +21,7 @@ from memo_mw.cli import main
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END, PROFILE
 from memo_mw.store import Store
 
-from .conftest import drain
+from .conftest import drain, wait_until
 
 WEEK = 7 * 86400
 #: Monday 2026-09-28 12:00 UTC: ISO week 2026-W40.
@@ -324,6 +324,31 @@ def test_recall_adds_the_profile_section_within_its_budget(tmp_path, replayed):
     # A small budget keeps only what fits.
     assert profile.select(data["profile"], budget=120) == data["profile"][:1]
     assert profile.select(data["profile"], k=0) == []
+
+
+def test_with_redis_the_profile_comes_with_every_request_the_view_answers(redis_url, replayed, monkeypatch):
+    """A user with insights to show: the user's view is kept (Redis, the state listener) but never
+    answers a request on its own, so each request that recalls no memory still carries the profile."""
+    from memo_mw import middleware as middleware_module
+
+    db = replayed
+    jobs.insights(db, T0 + 4 * WEEK)
+    app = chat_app()
+    app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url,
+                                                 clock=lambda: T0 + 4 * WEEK)
+    client = app.test_client()
+    assert wait_until(lambda: ask(client, "What time is it?")["profile"] and
+                      middleware.queue.backend.state.listening and "alice" in middleware._views)
+    kinds = []
+    real = middleware_module._read_request
+    monkeypatch.setattr(middleware_module, "_read_request", lambda *args: (
+        lambda got: kinds.append(len(got) if type(got) is tuple else None) or got)(real(*args)))
+    for _ in range(3):
+        data = ask(client, "What time is it?")
+        assert [p["topic"] for p in data["profile"]] == ["lang.rust", "music"]
+        assert data["received"]["message"].startswith(BLOCK_BEGIN)
+    assert "alice" in middleware._views and 5 not in kinds  # kept, never answering by itself
+    middleware.queue.close()
 
 
 # -- the page, the export, forget me ----------------------------------------------------------

@@ -3,10 +3,13 @@ unchanged, dropped as soon as any process changes it, never served while the lis
 
 from __future__ import annotations
 
+import os
+
 
 import pytest
 import redis
 
+from memo_mw import middleware as middleware_module
 from memo_mw.statecache import CachedUserState
 from memo_mw.userstate import RedisUserState
 
@@ -80,14 +83,43 @@ def test_a_process_sees_its_own_replacement_and_drop_at_once(connection):
 def test_nothing_is_served_while_the_listener_is_away(redis_server, redis_url, connection):
     web = listening(CachedUserState(RedisUserState(connection, "memo")))
     web.read("alice")
+    stamp = web.stamp("alice")
+    assert stamp is not None and web._trusted == (stamp[0], os.getpid())
     redis_server.stop()
     assert wait_until(lambda: not web.listening), "the listener did not notice"
+    # No stamp either: no view kept under one is trusted (stamp(), and read_request in C, which
+    # reads _trusted), whatever it holds.
+    assert web.stamp("alice") is None and web._trusted is None
     with pytest.raises(redis.ConnectionError):
         web.read("alice")  # not the copy: a change made meanwhile could not be heard
     redis_server.start()
     RedisUserState(redis.Redis.from_url(redis_url), "memo").put_pending("alice", payload("k2"))
     assert wait_until(lambda: web.listening)
     assert [p["job_key"] for p in web.read("alice").pending] == ["k2"]
+    assert web.stamp("alice")[0] > stamp[0] and web._trusted == (web.stamp("alice")[0], os.getpid())
+    web.close()
+
+
+def test_a_read_racing_with_a_lost_and_regained_listener_is_not_kept(connection):
+    """A read that began before the listener lost Redis and ended after it subscribed again may
+    hold a state changed meanwhile, whose message nobody heard: not kept (a new epoch)."""
+    web = listening(CachedUserState(RedisUserState(connection, "memo")))
+    inner_read = web.inner.read
+
+    def read_across_a_reconnect(user_id):
+        state = inner_read(user_id)
+        web._listening(False)  # as the listener does when Redis goes away, then when it is back
+        web._listening(True)
+        return state
+
+    web.inner.read = read_across_a_reconnect
+    web.read("alice")
+    web.inner.read = inner_read
+    misses = web.stats["miss"]
+    web.read("alice")
+    assert web.stats["miss"] == misses + 1  # fetched again: the read across the reconnect was not kept
+    web.read("alice")
+    assert web.stats["miss"] == misses + 1  # (and the one after it is)
     web.close()
 
 
@@ -252,4 +284,38 @@ def test_a_users_view_holds_only_what_the_listener_vouches_for(redis_url, db, mo
 
     ask("forget that I like green tea")
     assert "alice" not in middleware._views
+    middleware.queue.close()
+
+
+def test_a_capture_waiting_in_the_outbox_is_recalled_though_the_view_held(redis_url, db, monkeypatch):
+    """While a captured message waits in the outbox (Redis not answering the web process, the
+    listener still subscribed, so the user's stamp does not move), the user's view answers nothing:
+    the next request reads the state with the outbox's rows and recalls what waits there."""
+    from flask import Flask, jsonify, request
+
+    from memo_mw import MemoryMiddleware, defaults
+
+    monkeypatch.setattr(defaults, "RECALL_VERSION_MAX_AGE", 3600)
+    app = Flask(__name__)
+    app.post("/chat")(lambda: jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])]))
+    middleware = app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    client = app.test_client()
+
+    def ask(text, user="alice"):
+        return client.post("/chat", json={"message": text}, headers={"X-User-Id": user}).json["memories"]
+
+    assert wait_until(lambda: ask("any tea tips?") == [] and middleware.queue.backend.state.listening
+                      and "alice" in middleware._views)
+    answered = []
+    real = middleware_module._read_request
+    monkeypatch.setattr(middleware_module, "_read_request", lambda *args: (
+        lambda got: answered.append(type(got) is tuple and len(got) == 5) or got)(real(*args)))
+    assert ask("any tea tips?") == [] and answered == [real is not None]  # the view answered
+    stamp = middleware.recaller.changes.stamp("alice")
+    middleware.queue.breaker.failure()  # Redis skipped: the capture waits in the outbox
+    ask("I like green tea")
+    assert middleware.queue.spooled and middleware.recaller.changes.stamp("alice") == stamp
+    answered.clear()
+    assert ask("any tea tips?") == ["likes green tea"] and answered == [False]
+    middleware.queue.breaker.success()
     middleware.queue.close()
