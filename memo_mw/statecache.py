@@ -74,8 +74,9 @@ class CachedUserState:
         self._epoch = 0  # moves each time the listener subscribes or loses Redis
         self._lock = threading.Lock()
         self.listening = False
-        #: (epoch, the listener's process id) while listening, else None: what stamp() and the
-        #: middleware's one-call read (memo_mw._speedups.read_request) trust, in one attribute.
+        #: (epoch, the listener's process id) while listening, else None: what cached(), read(),
+        #: stamp() and the middleware's one-call read (memo_mw._speedups.read_request) trust, in
+        #: one attribute (listening is set with it, for those who ask).
         self._trusted: tuple[int, int] | None = None
         self.stats: collections.defaultdict[str, int] = collections.defaultdict(int)  # (not Counter: see memcache)
         self._stop = threading.Event()
@@ -93,7 +94,8 @@ class CachedUserState:
         # os.getpid() each time (a system call), not an id kept by an at-fork hook: uWSGI forks its
         # workers without running Python's hooks (unless --py-call-osafterfork), and every worker
         # would then trust the listener and copies of the process it was forked from.
-        if self.listening and self._threads_pid == (os.getpid() if pid is None else pid):
+        trusted = self._trusted
+        if trusted is not None and trusted[1] == (os.getpid() if pid is None else pid):
             with self._lock:
                 hit = self._cache.get(user_id)
                 if hit is not None and time.monotonic() - hit[1] < self.max_age:
@@ -105,13 +107,13 @@ class CachedUserState:
         hit = self.cached(user_id)
         if hit is not None:
             return hit
-        listening = self.listening and self._threads_pid == os.getpid()
+        pid = os.getpid()
         with self._lock:
             generation, trusted = self._generation[user_id], self._trusted
         self.stats["miss"] += 1
         state = self.inner.read(user_id)
         self._ensure_threads()  # once Redis has answered: a listener for a Redis that is not there waits
-        if listening and self.listening:
+        if trusted is not None and trusted[1] == pid:  # (listening, in this process's threads)
             with self._lock:
                 # Nothing changed while we read: no message about the user, and the listener has
                 # not lost Redis and subscribed again meanwhile (messages may have gone unheard).
