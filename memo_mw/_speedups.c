@@ -5,7 +5,8 @@
  *
  *   Lexicon(stopwords, by_stem, word_phrases, empty)
  *       the words an analysis looks up (TopicTagger's lexicons and the stopwords), in a table of
- *       this module's own: a word is found with one hash and one cache line read.
+ *       this module's own: a word is found with one hash and one cache line read; the English
+ *       phrases (word_phrases) copied and packed under their first words.
  *   KeySet(*iterables of str)
  *       the ASCII keys of a user's copy of memories (its by_token and by_topic), as fingerprints:
  *       read_request() checks a message's tokens and topics against them without making a str.
@@ -125,23 +126,40 @@ static int is_clitic(const unsigned char *s, Py_ssize_t n) {
 enum { LEX_STOP = 1, LEX_STEM = 2, LEX_FIRST = 4 };
 
 /* One word of a lexicon: its hash (lex_hash), its str (a token made of it is this object, no copy
- * made), the topics of the word as a stem (by_stem), and what it is (LEX_*). 32 bytes: two a
- * cache line, one line read a lookup. */
+ * made), the topics of the word as a stem (by_stem), what it is (LEX_*) and, for a word that starts
+ * English phrases, where they are in the lexicon's packed phrases (1 + the offset; 0: none). 32
+ * bytes: two a cache line, one line read a lookup. */
 typedef struct {
     uint64_t hash;
     PyObject *word;
     PyObject *topics;
     uint32_t length;
-    uint32_t flags;
+    uint32_t flags : 3;
+    uint32_t phrases : 29;
 } lex_slot;
+
+/* At most this many bytes of packed phrases (what lex_slot.phrases can point into). */
+#define LEX_PHRASES_MAX ((1u << 29) - 1)
 
 typedef struct {
     PyObject_HEAD
     lex_slot *slots;  /* open addressing, linear probing; a free slot has no word */
     size_t mask;
-    PyObject *word_phrases;  /* TopicTagger._word_phrases, or None */
-    PyObject *empty;         /* the tagger's shared empty set of topics, or None: no topics */
+    /* The English phrases (TopicTagger._word_phrases) packed, for a look that reads a line or two
+     * instead of a dict, a list and three objects an entry: under each first word, the number of
+     * its phrases (uint32), then each phrase in order: the number of its words after the first and
+     * the index of its topics in phrase_topics (uint32 each), then each of those words: its length
+     * (uint32) and its bytes. NULL: no phrases. */
+    unsigned char *phrases;
+    PyObject *phrase_topics;  /* a list: each phrase's topics */
+    PyObject *empty;          /* the tagger's shared empty set of topics, or None: no topics */
 } LexiconObject;
+
+static inline uint32_t packed_u32(const unsigned char *p) {
+    uint32_t value;
+    memcpy(&value, p, sizeof value);
+    return value;
+}
 
 static uint64_t lex_hash(const unsigned char *s, Py_ssize_t n) {
     uint64_t h = 1469598103934665603ULL;  /* FNV-1a, then a final mix */
@@ -201,6 +219,102 @@ static int lex_add(LexiconObject *lex, PyObject *keys, uint32_t flag) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* Append n bytes to the growing buffer *buf (*used of *size bytes). 0, or -1 with an error set. */
+static int pack(unsigned char **buf, size_t *used, size_t *size, const void *bytes, size_t n) {
+    if (*used + n > LEX_PHRASES_MAX) {
+        PyErr_SetString(PyExc_ValueError, "Lexicon: too many phrases");
+        return -1;
+    }
+    if (*used + n > *size) {
+        size_t grown = *size ? *size : 256;
+        while (grown < *used + n)
+            grown *= 2;
+        unsigned char *more = PyMem_Realloc(*buf, grown);
+        if (more == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *buf = more;
+        *size = grown;
+    }
+    memcpy(*buf + *used, bytes, n);
+    *used += n;
+    return 0;
+}
+
+static int pack_u32(unsigned char **buf, size_t *used, size_t *size, size_t value) {
+    uint32_t v = (uint32_t)value;
+    if (value > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "Lexicon: a phrase too long");
+        return -1;
+    }
+    return pack(buf, used, size, &v, sizeof v);
+}
+
+/* The phrases of word_phrases (first word -> a list of (words, topics), words a tuple starting
+ * with that word) packed into lex (see LexiconObject), each first word's slot pointing at its own;
+ * a phrase with a word after the first that is no ASCII str cannot meet an ASCII text and is left
+ * out. 0, or -1 with an error set (TypeError for entries of another shape). */
+static int lex_pack_phrases(LexiconObject *lex, PyObject *word_phrases) {
+    unsigned char *buf = NULL;
+    size_t used = 0, size = 0;
+    PyObject *key, *entries;
+    Py_ssize_t position = 0;
+    if ((lex->phrase_topics = PyList_New(0)) == NULL)
+        return -1;
+    while (PyDict_Next(word_phrases, &position, &key, &entries)) {
+        if (!PyList_Check(entries)) {
+            PyErr_SetString(PyExc_TypeError, "word_phrases: lists of (words, topics) expected");
+            goto fail;
+        }
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key) || PyUnicode_GET_LENGTH(key) == 0)
+            continue;  /* (not in the lexicon either: lex_add) */
+        const lex_slot *found = lex_find(lex, PyUnicode_1BYTE_DATA(key), PyUnicode_GET_LENGTH(key));
+        lex_slot *slot = (lex_slot *)found;
+        size_t start = used, kept = 0;
+        if (slot == NULL || pack_u32(&buf, &used, &size, 0) < 0)  /* the count, written below */
+            goto fail;
+        for (Py_ssize_t e = 0; e < PyList_GET_SIZE(entries); e++) {
+            PyObject *entry = PyList_GET_ITEM(entries, e);
+            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 0))) {
+                PyErr_SetString(PyExc_TypeError, "word_phrases: (words, topics) tuples expected");
+                goto fail;
+            }
+            PyObject *phrase = PyTuple_GET_ITEM(entry, 0);
+            Py_ssize_t length = PyTuple_GET_SIZE(phrase), k = 1;
+            while (k < length && PyUnicode_CheckExact(PyTuple_GET_ITEM(phrase, k)) &&
+                   PyUnicode_IS_ASCII(PyTuple_GET_ITEM(phrase, k)))
+                k++;
+            if (k < length)
+                continue;  /* cannot meet an ASCII text's runs */
+            /* (an empty phrase, as a phrase of its first word alone, is met wherever that is) */
+            if (pack_u32(&buf, &used, &size, (size_t)(length > 0 ? length - 1 : 0)) < 0 ||
+                pack_u32(&buf, &used, &size, (size_t)PyList_GET_SIZE(lex->phrase_topics)) < 0 ||
+                PyList_Append(lex->phrase_topics, PyTuple_GET_ITEM(entry, 1)) < 0)
+                goto fail;
+            for (k = 1; k < length; k++) {
+                PyObject *word = PyTuple_GET_ITEM(phrase, k);
+                if (pack_u32(&buf, &used, &size, (size_t)PyUnicode_GET_LENGTH(word)) < 0 ||
+                    pack(&buf, &used, &size, PyUnicode_1BYTE_DATA(word), (size_t)PyUnicode_GET_LENGTH(word)) < 0)
+                    goto fail;
+            }
+            kept++;
+        }
+        if (kept == 0) {
+            used = start;  /* none it could meet */
+            continue;
+        }
+        uint32_t count = (uint32_t)kept;
+        memcpy(buf + start, &count, sizeof count);
+        slot->phrases = (uint32_t)(start + 1);
+    }
+    lex->phrases = buf;
+    return 0;
+fail:
+    PyMem_Free(buf);
+    return -1;
+}
+
 static void lexicon_dealloc(LexiconObject *lex) {
     if (lex->slots != NULL) {
         for (size_t i = 0; i <= lex->mask; i++) {
@@ -209,7 +323,8 @@ static void lexicon_dealloc(LexiconObject *lex) {
         }
         PyMem_Free(lex->slots);
     }
-    Py_XDECREF(lex->word_phrases);
+    PyMem_Free(lex->phrases);
+    Py_XDECREF(lex->phrase_topics);
     Py_XDECREF(lex->empty);
     Py_TYPE(lex)->tp_free((PyObject *)lex);
 }
@@ -234,14 +349,14 @@ static PyObject *lexicon_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
         return NULL;
     lex->mask = size - 1;
     lex->slots = PyMem_Calloc(size, sizeof(lex_slot));
-    lex->word_phrases = Py_NewRef(word_phrases);
     lex->empty = Py_NewRef(empty);
     if (lex->slots == NULL) {
         Py_DECREF(lex);
         return PyErr_NoMemory();
     }
     if (lex_add(lex, stopwords, LEX_STOP) < 0 || (by_stem != Py_None && lex_add(lex, by_stem, LEX_STEM) < 0) ||
-        (word_phrases != Py_None && lex_add(lex, word_phrases, LEX_FIRST) < 0)) {
+        (word_phrases != Py_None &&
+         (lex_add(lex, word_phrases, LEX_FIRST) < 0 || lex_pack_phrases(lex, word_phrases) < 0))) {
         Py_DECREF(lex);
         return NULL;
     }
@@ -438,45 +553,30 @@ typedef struct {
     const lex_slot *first;
 } run;
 
-/* Whether the str word is the text s's run r. */
-static int run_is(const unsigned char *s, const run *r, PyObject *word) {
-    return PyUnicode_CheckExact(word) && PyUnicode_IS_ASCII(word) && PyUnicode_GET_LENGTH(word) == r->length &&
-           memcmp(PyUnicode_1BYTE_DATA(word), s + r->start, (size_t)r->length) == 0;
-}
-
 /* The topics of the English phrases that start at each run (memo_mw.topics.TopicTagger._analyse):
- * at each place, the first (longest) phrase of the entries under its word (word_phrases) that the
- * runs there spell. 0, or -1 on error. */
-static int add_phrase_topics(const unsigned char *s, const run *runs, Py_ssize_t count, PyObject *word_phrases,
+ * at each place, the first (longest) phrase of the entries under its word (lex's packed phrases)
+ * that the runs there spell. 0, or -1 on error. */
+static int add_phrase_topics(const unsigned char *s, const run *runs, Py_ssize_t count, const LexiconObject *lex,
                              PyObject **found) {
     for (Py_ssize_t i = 0; i < count; i++) {
         if (runs[i].first == NULL)
             continue;  /* (most runs) no phrase starts with it */
-        PyObject *entries = PyDict_GetItemWithError(word_phrases, runs[i].first->word);
-        if (entries == NULL) {
-            if (PyErr_Occurred())
-                return -1;
-            continue;
-        }
-        if (!PyList_Check(entries)) {
-            PyErr_SetString(PyExc_TypeError, "word_phrases: lists of (words, topics) expected");
-            return -1;
-        }
-        for (Py_ssize_t e = 0; e < PyList_GET_SIZE(entries); e++) {
-            PyObject *entry = PyList_GET_ITEM(entries, e);
-            if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 0))) {
-                PyErr_SetString(PyExc_TypeError, "word_phrases: (words, topics) tuples expected");
-                return -1;
+        const unsigned char *p = lex->phrases + runs[i].first->phrases - 1;
+        uint32_t entries = packed_u32(p);
+        p += 4;
+        for (uint32_t e = 0; e < entries; e++) {
+            uint32_t after = packed_u32(p), topics = packed_u32(p + 4);
+            p += 8;
+            /* its first word is the run it was found under (TopicTagger._word_phrases) */
+            int same = (size_t)i + after < (size_t)count;
+            for (uint32_t k = 1; k <= after; k++) {
+                uint32_t length = packed_u32(p);
+                same = same && runs[i + k].length == (Py_ssize_t)length &&
+                       memcmp(p + 4, s + runs[i + k].start, length) == 0;
+                p += 4 + length;
             }
-            PyObject *phrase = PyTuple_GET_ITEM(entry, 0);
-            Py_ssize_t length = PyTuple_GET_SIZE(phrase);
-            if (i + length > count)
-                continue;
-            int same = 1;  /* its first word is the key it was found under (TopicTagger._word_phrases) */
-            for (Py_ssize_t k = 1; k < length && same; k++)
-                same = run_is(s, &runs[i + k], PyTuple_GET_ITEM(phrase, k));
             if (same) {
-                if (found_update(found, PyTuple_GET_ITEM(entry, 1)) < 0)
+                if (found_update(found, PyList_GET_ITEM(lex->phrase_topics, topics)) < 0)
                     return -1;
                 break;
             }
@@ -527,7 +627,7 @@ static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, const Lexicon
     /* Frozensets filled here before anyone sees them (no copy of a set at the end). */
     PyObject *tokens = keys == NULL ? PyFrozenSet_New(NULL) : Py_NewRef(Py_None), *found = NULL, *topics = NULL;
     PyObject **wanted = lex->empty != Py_None ? &found : NULL;  /* found: made with its first topic */
-    int phrases = lex->empty != Py_None && lex->word_phrases != Py_None && PyDict_GET_SIZE(lex->word_phrases) > 0;
+    int phrases = lex->empty != Py_None && lex->phrases != NULL;
     if (buf == NULL || (phrases && (runs = PyMem_Malloc(sizeof(run) * ((size_t)n / 2 + 1))) == NULL)) {
         PyErr_NoMemory();
         goto fail;
@@ -555,7 +655,7 @@ static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, const Lexicon
             }
             runs[count].start = first;
             runs[count].length = j - first;
-            runs[count++].first = slot != NULL && (slot->flags & LEX_FIRST) ? slot : NULL;
+            runs[count++].first = slot != NULL && slot->phrases ? slot : NULL;
             firsts |= runs[count - 1].first != NULL;
             while (j < i && s[j] == '\'')
                 j++;
@@ -564,7 +664,7 @@ static PyObject *analysis_of(const unsigned char *s, Py_ssize_t n, const Lexicon
         if (add_token(lex, s + start, i - start, head, one_run, tokens, keys, wanted, buf) != 0)
             goto fail;  /* an error, or (1) keys may hold the token: no error set */
     }
-    if (firsts && add_phrase_topics(s, runs, count, lex->word_phrases, wanted) < 0)
+    if (firsts && add_phrase_topics(s, runs, count, lex, wanted) < 0)
         goto fail;
     if (keys != NULL && found != NULL && PySet_GET_SIZE(found)) {
         int met = keyset_meets(keys, found);
@@ -796,11 +896,14 @@ static int quiet_role(PyObject *role, PyObject *const *present, Py_ssize_t count
  * roles of the states each was found in. 0 to go on, -1 when the caller must look closer (a stop
  * role, or more needles than present holds), -2 on error. */
 static inline int quiet_step(unsigned char c, const unsigned char *classes, const uint16_t *table,
-                             Py_ssize_t width, PyObject *outputs, const unsigned char *flags, Py_ssize_t *state,
-                             int *seen, PyObject **present, unsigned char *present_flags, Py_ssize_t *count) {
+                             Py_ssize_t width, PyObject *outputs, const unsigned char *flags, Py_ssize_t flagged,
+                             Py_ssize_t *state, int *seen, PyObject **present, unsigned char *present_flags,
+                             Py_ssize_t *count) {
     PyObject *ends;
     if (advance(c, classes, table, width, PyTuple_GET_SIZE(outputs), state, "quiet") < 0)
         return -2;
+    if (*state < flagged)
+        return 0;  /* (most steps) a state with no flags: flags is not read either */
     unsigned char f = flags[*state];
     if (f & QUIET_STOP)
         return -1;
@@ -828,25 +931,33 @@ static inline int quiet_step(unsigned char c, const unsigned char *classes, cons
 }
 
 /* quiet(): 0 or 1 for a text that surely triggers nothing, -1 when the caller must look closer, -2
- * on error. spec is (roles, digit_limit, piece, flags): roles maps a needle to (flags, after), after
- * the (alone, seconds, more) of the triggers whose first set holds it (Funnel._after) or None;
- * flags (bytes, one per state of the table) holds the roles of the needles that end in each state,
- * and 16 where some needle ends, so that outputs is read only there and the roles dict only for the
- * needles of states where a trigger's needle ends. */
+ * on error. spec is (roles, digit_limit, piece, flags, flagged): roles maps a needle to (flags,
+ * after), after the (alone, seconds, more) of the triggers whose first set holds it (Funnel._after)
+ * or None; flags (bytes, one per state of the table) holds the roles of the needles that end in
+ * each state, and 16 where some needle ends, so that outputs is read only there and the roles dict
+ * only for the needles of states where a trigger's needle ends; flagged, a state before which all
+ * flags are 0 (needle_table numbers the states where needles end last), so that flags is read
+ * only from there. */
 static int quiet_verdict(PyObject *text, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
                          PyObject *outputs, PyObject *spec) {
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 4 || !PyDict_Check(PyTuple_GET_ITEM(spec, 0)) ||
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5 || !PyDict_Check(PyTuple_GET_ITEM(spec, 0)) ||
         !PyBytes_Check(PyTuple_GET_ITEM(spec, 3)) ||
         PyBytes_GET_SIZE(PyTuple_GET_ITEM(spec, 3)) != PyTuple_GET_SIZE(outputs)) {
-        PyErr_SetString(PyExc_ValueError, "quiet: spec is (roles, digit_limit, piece, flags of each state)");
+        PyErr_SetString(PyExc_ValueError,
+                        "quiet: spec is (roles, digit_limit, piece, flags of each state, the first state flagged)");
         return -2;
     }
     PyObject *roles = PyTuple_GET_ITEM(spec, 0);
     const unsigned char *flags = (const unsigned char *)PyBytes_AS_STRING(PyTuple_GET_ITEM(spec, 3));
     Py_ssize_t digit_limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
     Py_ssize_t piece = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
-    if ((digit_limit == -1 || piece == -1) && PyErr_Occurred())
+    Py_ssize_t flagged = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 4));
+    if ((digit_limit == -1 || piece == -1 || flagged == -1) && PyErr_Occurred())
         return -2;
+    if (flagged < 0 || flagged > PyTuple_GET_SIZE(outputs)) {
+        PyErr_SetString(PyExc_ValueError, "quiet: the first state flagged is outside the table");
+        return -2;
+    }
     const unsigned char *s = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     /* A text the funnel's cleaning leaves as it is: printable ASCII, no space at either end or
@@ -868,15 +979,15 @@ static int quiet_verdict(PyObject *text, const unsigned char *classes, const uin
         if (run > longest)
             longest = run;
         int word = is_word_char(c);
-        if (word != before && (step = quiet_step(0, classes, table, width, outputs, flags, &state, &seen, present,
-                                                 present_flags, &count)) != 0)
+        if (word != before && (step = quiet_step(0, classes, table, width, outputs, flags, flagged, &state, &seen,
+                                                 present, present_flags, &count)) != 0)
             return step;
         if ((step = quiet_step((c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c, classes, table, width,
-                               outputs, flags, &state, &seen, present, present_flags, &count)) != 0)
+                               outputs, flags, flagged, &state, &seen, present, present_flags, &count)) != 0)
             return step;
         before = word;
     }
-    if (before && (step = quiet_step(0, classes, table, width, outputs, flags, &state, &seen, present,
+    if (before && (step = quiet_step(0, classes, table, width, outputs, flags, flagged, &state, &seen, present,
                                      present_flags, &count)) != 0)
         return step;
     int digit = (seen & QUIET_DIGIT) != 0, asks_all = (seen & QUIET_RECALL_ALL) != 0;

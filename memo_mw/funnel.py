@@ -351,7 +351,10 @@ class Funnel:
             # and 16 where any needle ends.
             state_flags = bytes(functools.reduce(operator.or_, (flags.get(n, 0) for n in ends), 16) if ends else 0
                                 for ends in table[2])
-            args = (*table, (roles, DIGITS_HINT, PIECE_HINT, state_flags))
+            # The first state where a needle ends (needle_table numbers those last): the flags of
+            # the states before it are all 0, and quiet() does not read them.
+            first = next((i for i, ends in enumerate(table[2]) if ends), len(table[2]))
+            args = (*table, (roles, DIGITS_HINT, PIECE_HINT, state_flags, first))
         self._quiet = args
         return args
 

@@ -182,8 +182,9 @@ def needle_table(words: Iterable[str]) -> tuple[bytes, bytes, tuple] | tuple[()]
     automaton made deterministic, so that each character of the text is one lookup. ``classes``
     (128 bytes) maps a character to its column (0 for every character no needle holds), ``table``
     (native 16-bit integers, a row of columns per state) gives the next state, and ``outputs``
-    holds for each state the needles that end there (None for none). Empty when there are no
-    needles or more than MAX_TABLE_STATES states (the caller then uses the automaton)."""
+    holds for each state the needles that end there (None for none), the states where some end
+    numbered after all others. Empty when there are no needles or more than MAX_TABLE_STATES states
+    (the caller then uses the automaton)."""
     words = sorted(set(words))
     if not words:
         return ()
@@ -224,8 +225,19 @@ def needle_table(words: Iterable[str]) -> tuple[bytes, bytes, tuple] | tuple[()]
                 fail[nxt] = table[fail_row + col]
                 table[row + col] = nxt
                 queue.append(nxt)
+    # Numbered again so that the states where needles end come last (the root stays 0): a scanner
+    # that finds a state before the first of them knows that no needle ends there without reading
+    # outputs (memo_mw._speedups.quiet: one cache line fewer for most steps of a text).
+    order = [i for i in range(len(goto)) if i not in ends] + sorted(ends)
+    number = array.array("H", bytes(2 * len(goto)))
+    for new, old in enumerate(order):
+        number[old] = new
+    renumbered = array.array("H", bytes(2 * width * len(goto)))
+    for new, old in enumerate(order):
+        renumbered[new * width:(new + 1) * width] = array.array("H", map(number.__getitem__,
+                                                                         table[old * width:(old + 1) * width]))
     classes = bytes(column.get(chr(c), 0) for c in range(128))
-    return classes, table.tobytes(), tuple(tuple(sorted(ends[i])) if i in ends else None for i in range(len(goto)))
+    return classes, renumbered.tobytes(), tuple(tuple(sorted(ends[i])) if i in ends else None for i in order)
 
 
 def _automaton(words: Iterable[str]) -> Any:

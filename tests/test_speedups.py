@@ -118,6 +118,14 @@ def test_the_needle_table_is_an_aho_corasick_automaton(words, sample):
     assert found == frozenset(w for w in words if w in marked_sample)
 
 
+@given(st.lists(st.sampled_from(SMALL_NEEDLES), min_size=1, unique=True))
+def test_the_states_where_needles_end_are_numbered_last(words):
+    """quiet() reads a state's flags only from the first state where a needle ends."""
+    outputs = needle_table(words)[2]
+    first = next(i for i, ends in enumerate(outputs) if ends)
+    assert first > 0 and all(outputs[first:]) and not any(outputs[:first])
+
+
 def test_needles_added_after_a_scan_are_found():
     screen = Screen()
     screen.add("a", [frozenset({"like"})])
@@ -210,6 +218,11 @@ def test_a_quiet_spec_it_cannot_read_is_a_clear_error():
         speedups.quiet("like", classes[:-1], table, outputs, spec)
     with pytest.raises(ValueError, match="spec"):
         speedups.quiet("like", classes, table, outputs, spec[:3])
+    with pytest.raises(ValueError, match="spec"):
+        speedups.quiet("like", classes, table, outputs, spec[:4])
+    for flagged in (-1, len(outputs) + 1):
+        with pytest.raises(ValueError, match="first state flagged"):
+            speedups.quiet("like", classes, table, outputs, (*spec[:4], flagged))
     with pytest.raises(ValueError, match="roles"):
         speedups.quiet("i like", classes, table, outputs, ({n: "x" for n in spec[0]}, *spec[1:]))
     with pytest.raises(ValueError, match="after"):
@@ -255,6 +268,30 @@ def test_a_lexicon_holds_only_what_an_ascii_text_can_meet():
     assert speedups.ascii_analysis("the 7 x", lexicon) == (frozenset(), _NO_TOPICS)
 
 
+def test_a_lexicons_phrases_are_a_copy_of_what_an_ascii_text_can_meet():
+    """The phrases under each first word, in their order (the first that the text's runs spell
+    wins); one with a later word no ASCII text holds is left out; what the lexicon was made of can
+    change afterwards without changing it."""
+    phrases = {"ice": [(("ice", "cream", "cone"), frozenset({"dessert"})), (("ice", "crème"), frozenset({"x"})),
+                       (("ice", "cream"), frozenset({"food"})), (("ice",), frozenset({"cold"}))],
+               "hot": [(("hot", "dog"), frozenset({"food"}))], "tea": [((), frozenset({"drink"}))],
+               "nope": [(("nope", 7), frozenset({"x"}))]}
+    lexicon = speedups.Lexicon(frozenset({"an"}), {}, phrases, _NO_TOPICS)
+
+    def topics(sample):
+        return speedups.ascii_analysis(sample, lexicon)[1]
+
+    assert topics("an ice cream cone") == {"dessert"}
+    assert topics("ice cream!") == {"food"}
+    assert topics("ice creme, ice") == {"cold"}
+    assert topics("hot dog and ice") == {"food", "cold"}
+    assert topics("green tea") == {"drink"}  # an empty phrase is met where its first word is
+    assert topics("nope 7 hot") is _NO_TOPICS
+    phrases["hot"].clear()
+    phrases["ice"].insert(0, (("ice", "water"), frozenset({"wet"})))
+    assert topics("hot dog, ice water") == {"food", "cold"}
+
+
 def test_what_it_cannot_read_is_a_clear_error():
     lexicon = text._stopwords_lexicon()
     with pytest.raises(ValueError, match="ASCII"):
@@ -265,8 +302,10 @@ def test_what_it_cannot_read_is_a_clear_error():
         speedups.Lexicon(["not", "a", "set"], None, None, None)
     with pytest.raises(TypeError):  # topics need their empty set, and the other way round
         speedups.Lexicon(text.STOPWORDS, {}, None, None)
-    with pytest.raises(TypeError):
-        speedups.ascii_analysis("ice cream", speedups.Lexicon(text.STOPWORDS, {}, {"ice": "not a list"}, _NO_TOPICS))
+    with pytest.raises(TypeError, match="lists"):
+        speedups.Lexicon(text.STOPWORDS, {}, {"ice": "not a list"}, _NO_TOPICS)
+    with pytest.raises(TypeError, match="tuples"):
+        speedups.Lexicon(text.STOPWORDS, {}, {"ice": [("ice", "cream")]}, _NO_TOPICS)
     with pytest.raises(TypeError):
         speedups.ascii_analysis("x")
     with pytest.raises(TypeError, match="Lexicon"):
