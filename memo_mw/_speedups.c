@@ -826,12 +826,15 @@ static PyObject *scan_marked(PyObject *module, PyObject *const *args, Py_ssize_t
     return found;
 }
 
-/* Whether some item of items[0:n] is in the set: 1, 0, or -1 on error. */
-static int meets(PyObject *set, PyObject *const *items, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int in = PySet_Contains(set, items[i]);
-        if (in != 0)
-            return in;
+/* Whether some item of items[0:n] is one of the tuple's (the same object): 1 or 0. The needles of
+ * quiet()'s spec are the table's own objects, compared without reading them (no hash of each). */
+static int meets(PyObject *tuple, PyObject *const *items, Py_ssize_t n) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(tuple); k++) {
+        PyObject *needle = PyTuple_GET_ITEM(tuple, k);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (items[i] == needle)
+                return 1;
+        }
     }
     return 0;
 }
@@ -859,7 +862,7 @@ static int quiet_role(PyObject *role, PyObject *const *present, Py_ssize_t count
         return 0;
     /* As Funnel._may_trigger: (alone, seconds, more) of the triggers whose first set holds it. */
     PyObject *entry = PyTuple_GET_ITEM(role, 1);
-    if (PyTuple_GET_SIZE(entry) != 3 || !PyAnySet_Check(PyTuple_GET_ITEM(entry, 1)) ||
+    if (PyTuple_GET_SIZE(entry) != 3 || !PyTuple_Check(PyTuple_GET_ITEM(entry, 1)) ||
         !PyTuple_Check(PyTuple_GET_ITEM(entry, 2))) {
         PyErr_SetString(PyExc_ValueError, "quiet: after is (alone, seconds, more)");
         return -2;
@@ -873,20 +876,20 @@ static int quiet_role(PyObject *role, PyObject *const *present, Py_ssize_t count
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(more); j++) {
         PyObject *sets = PyTuple_GET_ITEM(more, j);
         if (!PyTuple_Check(sets)) {
-            PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
+            PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of needle tuples");
             return -2;
         }
         int all = 1;
-        for (Py_ssize_t k = 0; all == 1 && k < PyTuple_GET_SIZE(sets); k++) {
+        for (Py_ssize_t k = 0; all && k < PyTuple_GET_SIZE(sets); k++) {
             PyObject *set = PyTuple_GET_ITEM(sets, k);
-            if (!PyAnySet_Check(set)) {
-                PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of sets");
+            if (!PyTuple_Check(set)) {
+                PyErr_SetString(PyExc_ValueError, "quiet: more holds tuples of needle tuples");
                 return -2;
             }
             all = meets(set, present, count);
         }
-        if (all != 0)
-            return all < 0 ? -2 : -1;  /* a trigger may match (or an error) */
+        if (all)
+            return -1;  /* a trigger may match */
     }
     return 0;
 }
@@ -932,11 +935,12 @@ static inline int quiet_step(unsigned char c, const unsigned char *classes, cons
 
 /* quiet(): 0 or 1 for a text that surely triggers nothing, -1 when the caller must look closer, -2
  * on error. spec is (roles, digit_limit, piece, flags, flagged): roles maps a needle to (flags,
- * after), after the (alone, seconds, more) of the triggers whose first set holds it (Funnel._after)
- * or None; flags (bytes, one per state of the table) holds the roles of the needles that end in
- * each state, and 16 where some needle ends, so that outputs is read only there and the roles dict
- * only for the needles of states where a trigger's needle ends; flagged, a state before which all
- * flags are 0 (needle_table numbers the states where needles end last), so that flags is read
+ * after), after the (alone, seconds, more) of the triggers whose first set holds it (Funnel._after,
+ * its sets as tuples of the table's own needle objects, which meets() compares by identity) or
+ * None; flags (bytes, one per state of the table) holds the roles of the needles that end in each
+ * state, and 16 where some needle ends, so that outputs is read only there and the roles dict only
+ * for the needles of states where a trigger's needle ends; flagged, a state before which all flags
+ * are 0 (needle_table numbers the states where needles end last), so that flags is read
  * only from there. */
 static int quiet_verdict(PyObject *text, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
                          PyObject *outputs, PyObject *spec) {

@@ -16,6 +16,7 @@ import logging
 import operator
 import re
 import string
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import regex
@@ -346,7 +347,16 @@ class Funnel:
                                    (2, digits), (4, self._any_recall_all or ()), (8, self._any_trigger)):
                 for needle in needles_:
                     flags[needle] = flags.get(needle, 0) | role
-            roles = {n: (f, self._after[n] if f & 8 else None) for n, f in flags.items()}
+            # The _after entries with the table's own needle objects, in tuples: quiet() compares the
+            # needles it finds with them by identity (no hash of each read: fewer cache lines).
+            own = {needle: needle for ends in table[2] if ends for needle in ends}
+
+            def mine(needles: Iterable[str]) -> tuple[str, ...]:
+                return tuple(own[needle] for needle in needles if needle in own)  # (others cannot be found)
+
+            after = {n: (alone, mine(seconds), tuple(tuple(map(mine, sets)) for sets in more))
+                     for n, (alone, seconds, more) in self._after.items()}
+            roles = {n: (f, after[n] if f & 8 else None) for n, f in flags.items()}
             # And each state's: the roles of the needles that end there (read as the text is scanned),
             # and 16 where any needle ends.
             state_flags = bytes(functools.reduce(operator.or_, (flags.get(n, 0) for n in ends), 16) if ends else 0

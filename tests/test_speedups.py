@@ -227,8 +227,22 @@ def test_a_quiet_spec_it_cannot_read_is_a_clear_error():
         speedups.quiet("i like", classes, table, outputs, ({n: "x" for n in spec[0]}, *spec[1:]))
     with pytest.raises(ValueError, match="after"):
         speedups.quiet("i like", classes, table, outputs, ({n: (8, ()) for n in spec[0]}, *spec[1:]))
+    with pytest.raises(ValueError, match="more holds"):
+        speedups.quiet("i like", classes, table, outputs,
+                       ({n: (8, (False, (), ((frozenset(),),))) for n in spec[0]}, *spec[1:]))
     with pytest.raises(TypeError):
         speedups.quiet("like", classes, table, outputs)
+
+
+def test_the_quiet_spec_holds_the_tables_own_needles():
+    """quiet() compares the needles it finds with a trigger's other needles by identity."""
+    classes, table, outputs, spec = FUNNEL._quiet_args()
+    own = {id(needle) for ends in outputs if ends for needle in ends}
+    afters = [after for _, after in spec[0].values() if after is not None]
+    assert afters and any(seconds or more for _, seconds, more in afters)
+    for _, seconds, more in afters:
+        assert all(id(needle) in own for needle in seconds)
+        assert all(id(needle) in own for sets in more for needles in sets for needle in needles)
 
 
 def test_random_long_texts_agree():
