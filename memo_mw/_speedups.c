@@ -1033,7 +1033,7 @@ static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 /* -- read_request(): the usual chat request, read in one call ------------------------------- */
 
 static PyObject *s_content_type, *s_transfer_encoding, *s_content_encoding, *s_content_length, *s_input, *s_read,
-    *s_messages, *s_message, *s_trusted, *s_spooled;
+    *s_messages, *s_message;
 
 /* What str.strip() takes off the ends of an ASCII str. */
 static int is_strip_space(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f); }
@@ -1257,16 +1257,21 @@ static KeySetObject *view_keys(PyObject *views, PyObject *user, PyObject **entry
     return keys;
 }
 
+/* The item of a one-item list (a cell), borrowed; NULL for anything else. */
+static inline PyObject *cell_item(PyObject *cell) {
+    return PyList_CheckExact(cell) && PyList_GET_SIZE(cell) == 1 ? PyList_GET_ITEM(cell, 0) : NULL;
+}
+
 /* Whether the user's view still answers a message that shares nothing with its keys: "nothing to
  * recall" (1), or not (0: the middleware looks); -1 on error. entry is the user's value in views,
  * (keys_ref, answers, epoch, generation, until), as MemoryMiddleware._read_user() keeps it: answers
  * True when nothing but shared keys could make recall find something (a quick view with no
  * insights); (epoch, generation) the user's stamp when the view was read; until its end by
- * time.monotonic(). quick is (changes, generations, spool): the checks of MemoryMiddleware._handle(),
- * made here: changes (memo_mw.statecache.CachedUserState) gives the same stamp now (as its stamp():
- * its _trusted (epoch, pid) with this process's id and the view's epoch, and the view's generation
- * in generations, its _generation), and spool (the outbox's backend, or None) has no jobs waiting
- * (spooled false). */
+ * time.monotonic(). quick is (trusted, generations, spooled): the checks of
+ * MemoryMiddleware._handle(), made here from memo_mw.statecache.CachedUserState's cells, read without
+ * an attribute lookup: the same stamp now (as its stamp(): its _trusted cell's (epoch, pid) with this
+ * process's id and the view's epoch, and the view's generation in generations, its _generation), and
+ * no jobs waiting in the outbox (spooled: its backend's _spooled cell false, or None without one). */
 static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
 #ifdef _WIN32
     return 0;  /* (no CLOCK_MONOTONIC or getpid() here: the middleware's Python makes the checks) */
@@ -1279,9 +1284,10 @@ static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
     if (clock_gettime(CLOCK_MONOTONIC, &now) != 0 ||
         !((double)now.tv_sec + (double)now.tv_nsec * 1e-9 < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(entry, 4))))
         return 0;
-    PyObject *trusted = PyObject_GetAttr(PyTuple_GET_ITEM(quick, 0), s_trusted);
+    PyObject *trusted = cell_item(PyTuple_GET_ITEM(quick, 0));
     if (trusted == NULL)
-        return -1;
+        return 0;
+    Py_INCREF(trusted);  /* held while compared (a comparison may run code) */
     /* getpid() each time, as stamp() asks it: uWSGI forks without Python's at-fork hooks. */
     int same = PyTuple_CheckExact(trusted) && PyTuple_GET_SIZE(trusted) == 2 &&
                PyLong_CheckExact(PyTuple_GET_ITEM(trusted, 1)) &&
@@ -1302,12 +1308,8 @@ static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
     PyObject *spool = PyTuple_GET_ITEM(quick, 2);
     if (same != 1 || spool == Py_None)
         return same;
-    PyObject *spooled = PyObject_GetAttr(spool, s_spooled);
-    if (spooled == NULL)
-        return -1;
-    int waiting = PyObject_IsTrue(spooled);
-    Py_DECREF(spooled);
-    return waiting < 0 ? -1 : !waiting;
+    PyObject *spooled = cell_item(spool);
+    return spooled == Py_False;  /* (anything else: the middleware looks) */
 #endif
 }
 
@@ -1436,7 +1438,7 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
     if ((views != NULL && !PyDict_CheckExact(views)) ||
         (quick != NULL && (!PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3))) {
         PyErr_SetString(PyExc_TypeError,
-                        "read_request: views a dict or None, quick a (changes, generations, spool) tuple or None");
+                        "read_request: views a dict or None, quick a (trusted, generations, spooled) tuple or None");
         return NULL;
     }
     PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
@@ -1519,8 +1521,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         const char *text;
     } names[] = {{&s_content_type, "CONTENT_TYPE"}, {&s_transfer_encoding, "HTTP_TRANSFER_ENCODING"},
                  {&s_content_encoding, "HTTP_CONTENT_ENCODING"}, {&s_content_length, "CONTENT_LENGTH"},
-                 {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"},
-                 {&s_trusted, "_trusted"}, {&s_spooled, "spooled"}};
+                 {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;

@@ -151,9 +151,13 @@ class MemoryMiddleware:
         if isinstance(state, CachedUserState):
             self.recaller.changes = state
         #: What memo_mw._speedups.read_request() checks before a user's view answers a request on
-        #: its own (_handle's checks of the view: the user's stamp, jobs waiting in the outbox).
-        self._quick = (state, state._generation, self.queue if hasattr(self.queue, "spooled") else None) \
-            if isinstance(state, CachedUserState) else None
+        #: its own (_handle's checks of the view: the user's stamp, jobs waiting in the outbox): the
+        #: state's cell of what it trusts, its generations, the outbox's cell of spooled (None: no
+        #: outbox). A queue with a spooled of no cell of its own: no view answers in C.
+        outbox = hasattr(self.queue, "spooled")
+        spool = getattr(self.queue, "_spooled", None) if outbox else None
+        self._quick = (state._trusted, state._generation, spool) \
+            if isinstance(state, CachedUserState) and (spool is not None or not outbox) else None
         self.profiles = ProfileReader(self.db, version_of=lambda user: self.recaller.versions.get(user, UNKNOWN))
         self._views: dict[str, _UserView] = {}
         #: Each quick view's (the key set of its copy (UserMemories.key_set) by weak reference, whether

@@ -277,11 +277,21 @@ class ResilientBackend:
         self._thread: threading.Thread | None = None
         self._thread_pid: int | None = None
         self._start_lock = threading.Lock()
-        #: Jobs wait in the outbox (written by any process using it; refreshed by the drain
-        #: thread every drain_interval). While they do, new jobs queue behind them, in order.
-        self.spooled = bool(outbox.count())
+        #: spooled (below) in a one-item list (a cell), which memo_mw._speedups.read_request reads
+        #: without an attribute lookup.
+        self._spooled = [bool(outbox.count())]
         self._ensure_drainer()  # every process drains, whoever spooled: rows are never stranded
         _LIVE.add(self)
+
+    @property
+    def spooled(self) -> bool:
+        """Jobs wait in the outbox (written by any process using it; refreshed by the drain thread
+        every drain_interval). While they do, new jobs queue behind them, in order."""
+        return self._spooled[0]
+
+    @spooled.setter
+    def spooled(self, value: bool) -> None:
+        self._spooled[0] = value
 
     @property
     def queue(self):

@@ -74,10 +74,11 @@ class CachedUserState:
         self._epoch = 0  # moves each time the listener subscribes or loses Redis
         self._lock = threading.Lock()
         self.listening = False
-        #: (epoch, the listener's process id) while listening, else None: what cached(), read(),
-        #: stamp() and the middleware's one-call read (memo_mw._speedups.read_request) trust, in
-        #: one attribute (listening is set with it, for those who ask).
-        self._trusted: tuple[int, int] | None = None
+        #: A one-item list (a cell) holding (epoch, the listener's process id) while listening, else
+        #: None: what cached(), read(), stamp() and the middleware's one-call read
+        #: (memo_mw._speedups.read_request, which reads the cell without an attribute lookup) trust,
+        #: in one record (listening is set with it, for those who ask).
+        self._trusted: list[tuple[int, int] | None] = [None]
         self.stats: collections.defaultdict[str, int] = collections.defaultdict(int)  # (not Counter: see memcache)
         self._stop = threading.Event()
         self._threads_pid: int | None = None
@@ -94,7 +95,7 @@ class CachedUserState:
         # os.getpid() each time (a system call), not an id kept by an at-fork hook: uWSGI forks its
         # workers without running Python's hooks (unless --py-call-osafterfork), and every worker
         # would then trust the listener and copies of the process it was forked from.
-        trusted = self._trusted
+        trusted = self._trusted[0]
         if trusted is not None and trusted[1] == (os.getpid() if pid is None else pid):
             with self._lock:
                 hit = self._cache.get(user_id)
@@ -109,7 +110,7 @@ class CachedUserState:
             return hit
         pid = os.getpid()
         with self._lock:
-            generation, trusted = self._generation[user_id], self._trusted
+            generation, trusted = self._generation[user_id], self._trusted[0]
         self.stats["miss"] += 1
         state = self.inner.read(user_id)
         self._ensure_threads()  # once Redis has answered: a listener for a Redis that is not there waits
@@ -117,7 +118,7 @@ class CachedUserState:
             with self._lock:
                 # Nothing changed while we read: no message about the user, and the listener has
                 # not lost Redis and subscribed again meanwhile (messages may have gone unheard).
-                if self._generation[user_id] == generation and self._trusted == trusted:
+                if self._generation[user_id] == generation and self._trusted[0] == trusted:
                     self._cache[user_id] = (state, time.monotonic())
                     self._cache.move_to_end(user_id)
                     while len(self._cache) > self.max_users:
@@ -131,7 +132,7 @@ class CachedUserState:
         be trusted (not listening). Recall keys its copy of the user's version on it (a stored
         memory drops its pending entry, a deletion adds a forget marker: both publish; anything
         else is seen within defaults.RECALL_VERSION_MAX_AGE)."""
-        trusted = self._trusted
+        trusted = self._trusted[0]
         if trusted is None or trusted[1] != os.getpid():
             return None
         return trusted[0], self._generation[user_id]
@@ -183,7 +184,7 @@ class CachedUserState:
             self._cache.clear()
             self._epoch += 1
             self.listening = listening
-            self._trusted = (self._epoch, self._threads_pid) if listening else None
+            self._trusted[0] = (self._epoch, self._threads_pid) if listening else None
 
     def send_counts(self) -> None:
         """Send the noted topic counts and the backend's recall counts now."""

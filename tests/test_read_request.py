@@ -365,16 +365,11 @@ def test_without_a_view_s_keys_the_whole_analysis(middleware, ref):
 
 def changes(trusted=(3, None), generations=None, spool=None):
     """read_request()'s quick argument: what it reads of memo_mw.statecache.CachedUserState to tell
-    that a user's stamp is the one a view was read under (as its stamp(): trusted, (epoch, the
-    listener's process id) while listening, and the user's generation), and the outbox's backend."""
+    that a user's stamp is the one a view was read under (as its stamp(): the cell of what it trusts,
+    (epoch, the listener's process id) while listening, and the user's generation), and the cell of
+    the outbox backend's spooled (None: no outbox)."""
     trusted = (trusted[0], os.getpid() if trusted[1] is None else trusted[1]) if trusted is not None else None
-    owner = type("Changes", (), {"_trusted": trusted})()
-    return owner, collections.defaultdict(int, {"alice": 7}) if generations is None else generations, spool
-
-
-class Spool:
-    def __init__(self, spooled):
-        self.spooled = spooled
+    return [trusted], collections.defaultdict(int, {"alice": 7}) if generations is None else generations, spool
 
 
 def answer_of(middleware, message, entry, quick, usual=None):
@@ -397,7 +392,7 @@ def test_a_view_that_still_answers_answers_the_request(middleware):
 
     usual = middleware.funnel.usual_args()
     message = "what is the weather like in town 12 today?"
-    got = answer_of(middleware, message, entry(), changes(spool=Spool(False)))
+    got = answer_of(middleware, message, entry(), changes(spool=[False]))
     assert got == (json.dumps({"message": message}).encode(), "alice", message,
                    middleware.funnel.topics.analyse_once(message)[1], usual[5][0])
     assert got[4].stage == "no_trigger" and got[4].recall_all is False
@@ -414,7 +409,7 @@ def test_a_view_that_still_answers_answers_the_request(middleware):
         "another epoch": (message, entry(epoch=4), changes(), None),
         "another generation": (message, entry(generation=8), changes(), None),
         "the user dropped": (message, entry(), changes(generations={}), None),
-        "jobs in the outbox": (message, entry(), changes(spool=Spool(True)), None),
+        "jobs in the outbox": (message, entry(), changes(spool=[True]), None),
         "no quick context": (message, entry(), None, None),
         "a shared word": ("any green tea tips?", entry(), changes(), None),
         "a shared topic": ("which mountains are good for a walk?", entry(), changes(), None),
@@ -429,8 +424,12 @@ def test_a_view_that_still_answers_answers_the_request(middleware):
         assert got == answer_of(middleware, text, weakref.ref(keys), None, rules), case  # the keys' read
     with pytest.raises(TypeError):
         answer_of(middleware, message, entry(), list(changes()))
-    # No stamp to read (an AttributeError): as whatever fails after the read, the body, for Python to read.
-    assert answer_of(middleware, message, entry(), (object(), {}, None)) == json.dumps({"message": message}).encode()
+    # Cells of another shape: nothing to trust, the request read without the answer.
+    for quick in [(object(), {"alice": 7}, None), ((3, os.getpid()), {"alice": 7}, None), ([], {"alice": 7}, None),
+                  (changes()[0], {"alice": 7}, [False, False]), (changes()[0], {"alice": 7}, [0])]:
+        assert answer_of(middleware, message, entry(), quick) == answer_of(middleware, message, weakref.ref(keys),
+                                                                           None), quick
+    assert answer_of(middleware, message, entry(), (changes()[0], {"alice": 7}, [False]))[1] == "alice"
 
 
 def test_what_it_cannot_read_is_a_clear_error(middleware):
