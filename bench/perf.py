@@ -7,9 +7,10 @@
    Target <= 1.5x (p50).
 2. ``http``: the same over HTTP under gunicorn (1 worker, 4 threads) driven by wrk (16
    connections), wrapped vs bare: both served at once, 24 rounds (6 with ``--quick``, N with
-   ``--rounds N``) of a 3-second run of each in turn, the order swapped every round; each round's
-   ratio of requests per second, p50 latency and the gunicorn worker's CPU time per request (from
-   /proc), and their median over the rounds, with the middle half of them. Target <= 1.05x.
+   ``--rounds N``) of a 3-second run of each in turn, the order swapped every round and both
+   servers started again every 6 rounds (ROUNDS_PER_PAIR); each round's ratio of requests per
+   second, p50 latency and the gunicorn worker's CPU time per request (from /proc), and their
+   median over the rounds, with the middle half of them. Target <= 1.05x.
 3. ``captured``: a message the rules capture (a new statement each time, from 200 users in
    turn), with a `memo-mw worker` storing them meanwhile as deployed: what handing it to the
    queue costs the request (with write-behind, the row in the local outbox that the outbox
@@ -247,11 +248,20 @@ def _worker_pid(master: int) -> int | None:
     return None
 
 
+#: Rounds of the HTTP figure served by one pair of server processes: every this many rounds both
+#: are started again, so that the figure averages over several processes of each app (where a
+#: process's memory lands, and so which of its lines share a cache set, moves its speed by a few
+#: percent for its whole life: two servers of the same app came out 1.026x apart). pyperf runs its
+#: benchmarks in many processes for the same reason.
+ROUNDS_PER_PAIR = 6
+
+
 def bench_http(server, folder, seconds, rounds):
     """Both apps served at once (only one loaded at a time), in short runs of wrk taking turns, the
     order swapped every round: the machine's speed, which drifts by a fifth within minutes here,
-    hits the two runs of a round alike. Each round gives a ratio; the figure is their median, with
-    the middle half of them as its spread."""
+    hits the two runs of a round alike; both servers started again every ROUNDS_PER_PAIR rounds.
+    Each round gives a ratio; the figure is their median, with the middle half of them as its
+    spread."""
     if not shutil.which("wrk"):
         print("http      skipped: wrk is not installed (apt-get install wrk)")
         return
@@ -259,23 +269,24 @@ def bench_http(server, folder, seconds, rounds):
     Path(script).write_text(WRK_SCRIPT)
     db = f"{folder}/http.db"
     seed_memories(MemoryMiddleware(chat_app().wsgi_app, db=db))
-    servers = {}
-    try:
-        for name, env in (("bare", {"MEMO_DB": ""}), ("memo", {"MEMO_DB": db, "MEMO_REDIS_URL": server.url})):
-            port = free_port()
-            process = gunicorn(env, port)
-            servers[name] = (process, port, _worker_pid(process.pid))
-        for _, port, _ in servers.values():
-            wrk(port, 2, script)  # warm
-        runs = {"bare": [], "memo": []}
-        for round_ in range(rounds):
-            for name in (("bare", "memo") if round_ % 2 == 0 else ("memo", "bare")):
-                _, port, pid = servers[name]
-                runs[name].append(wrk(port, seconds, script, pid))
-    finally:
-        for process, _, _ in servers.values():
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait()
+    runs = {"bare": [], "memo": []}
+    for first in range(0, rounds, ROUNDS_PER_PAIR):
+        servers = {}
+        try:
+            for name, env in (("bare", {"MEMO_DB": ""}), ("memo", {"MEMO_DB": db, "MEMO_REDIS_URL": server.url})):
+                port = free_port()
+                process = gunicorn(env, port)
+                servers[name] = (process, port, _worker_pid(process.pid))
+            for _, port, _ in servers.values():
+                wrk(port, 2, script)  # warm
+            for round_ in range(first, min(rounds, first + ROUNDS_PER_PAIR)):
+                for name in (("bare", "memo") if round_ % 2 == 0 else ("memo", "bare")):
+                    _, port, pid = servers[name]
+                    runs[name].append(wrk(port, seconds, script, pid))
+        finally:
+            for process, _, _ in servers.values():
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait()
 
     def ratios(index, invert=False):
         pairs = [(memo[index] / bare[index]) ** (-1 if invert else 1) for bare, memo in zip(runs["bare"], runs["memo"])]
