@@ -270,9 +270,11 @@ static int lex_pack_phrases(LexiconObject *lex, PyObject *word_phrases) {
         if (!PyUnicode_CheckExact(key) || !PyUnicode_IS_ASCII(key) || PyUnicode_GET_LENGTH(key) == 0)
             continue;  /* (not in the lexicon either: lex_add) */
         const lex_slot *found = lex_find(lex, PyUnicode_1BYTE_DATA(key), PyUnicode_GET_LENGTH(key));
+        if (found == NULL || !(found->flags & LEX_FIRST))
+            continue;  /* a key lex_add did not see (a dict subclass iterating otherwise): no first word */
         lex_slot *slot = (lex_slot *)found;
         size_t start = used, kept = 0;
-        if (slot == NULL || pack_u32(&buf, &used, &size, 0) < 0)  /* the count, written below */
+        if (pack_u32(&buf, &used, &size, 0) < 0)  /* the count, written below */
             goto fail;
         for (Py_ssize_t e = 0; e < PyList_GET_SIZE(entries); e++) {
             PyObject *entry = PyList_GET_ITEM(entries, e);

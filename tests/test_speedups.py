@@ -306,6 +306,18 @@ def test_a_lexicons_phrases_are_a_copy_of_what_an_ascii_text_can_meet():
     assert topics("hot dog, ice water") == {"food", "cold"}
 
 
+def test_a_lexicon_takes_its_first_words_as_iterating_its_phrases_gives_them():
+    """A dict subclass whose iteration gives no key: its phrases have no first word to be found by."""
+
+    class NoKeys(dict):
+        def __iter__(self):
+            return iter(())
+
+    phrases = NoKeys({"ice": [(("ice", "cream"), frozenset({"food"}))], "the": [(("the", "end"), frozenset({"x"}))]})
+    lexicon = speedups.Lexicon(frozenset({"the"}), {}, phrases, _NO_TOPICS)
+    assert speedups.ascii_analysis("ice cream, the end", lexicon) == (frozenset({"ice", "cream", "end"}), _NO_TOPICS)
+
+
 def test_what_it_cannot_read_is_a_clear_error():
     lexicon = text._stopwords_lexicon()
     with pytest.raises(ValueError, match="ASCII"):
