@@ -229,13 +229,10 @@ def needle_table(words: Iterable[str]) -> tuple[bytes, bytes, tuple] | tuple[()]
     # that finds a state before the first of them knows that no needle ends there without reading
     # outputs (memo_mw._speedups.quiet: one cache line fewer for most steps of a text).
     order = [i for i in range(len(goto)) if i not in ends] + sorted(ends)
-    number = array.array("H", bytes(2 * len(goto)))
+    number = [0] * len(goto)
     for new, old in enumerate(order):
         number[old] = new
-    renumbered = array.array("H", bytes(2 * width * len(goto)))
-    for new, old in enumerate(order):
-        renumbered[new * width:(new + 1) * width] = array.array("H", map(number.__getitem__,
-                                                                         table[old * width:(old + 1) * width]))
+    renumbered = array.array("H", [number[nxt] for old in order for nxt in table[old * width:(old + 1) * width]])
     classes = bytes(column.get(chr(c), 0) for c in range(128))
     return classes, renumbered.tobytes(), tuple(tuple(sorted(ends[i])) if i in ends else None for i in order)
 
