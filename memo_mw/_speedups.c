@@ -23,10 +23,11 @@
  *       for an ASCII message, memo_mw.funnel.Funnel's verdict on the usual case in one call: 0 or
  *       1 when the message surely triggers nothing and asks to forget nothing (1: it may be a
  *       recall-everything question), -1 when the funnel must look closer (Funnel._quiet_args).
- *   read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]])
- *           -> False, None, bytes or tuple
+ *   read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]])
+ *           -> False, None, True, bytes or tuple
  *       memo_mw.middleware.MemoryMiddleware's read of a request, for the usual one: False when Python
- *       must read it (before anything is read: an unusual content type, encoding or length), None when
+ *       must read it (before anything is read: an unusual content type, encoding or length, or with
+ *       fresh (see still_fresh()) rules whose files are due a look), None when
  *       the body is not the middleware's to read (an empty one or one above max_body), else the body
  *       read from wsgi.input (read's own errors raised), and for the usual request its parts:
  *       (body bytes, the JSON object or None (a body read in place, its message found without
@@ -36,11 +37,13 @@
  *       when views (the middleware's: a user id to a weak reference to a KeySet, or to a tuple
  *       holding one first) has keys for the user and the message surely shares no token or topic
  *       with them, its tokens not made). usual is Funnel.usual_args(): quiet()'s four arguments, the
- *       tagger's Lexicon, the results of the two quiet verdicts, and whether the first of them
- *       rules out a recall-everything question; None or (): only the body is read. With quick
- *       (see view_answers()), the request that the user's view answers, nothing to recall and
- *       nothing to capture, comes back as (body bytes, user id, message, topics, the funnel's
- *       result). Whatever fails after the read gives the body.
+ *       tagger's Lexicon, the results of the two quiet verdicts, whether the first of them rules
+ *       out a recall-everything question, and the first's stage; None or (): only the body is
+ *       read. With quick (see view_answers()), the request that the user's view answers, nothing to
+ *       recall and nothing to capture, comes back as (body bytes, user id, message, topics, the
+ *       funnel's result), or, with tally (see answer_request()), is answered here: True, the
+ *       body back in wsgi.input and the message's counts noted. Whatever fails after the read
+ *       gives the body.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -1035,7 +1038,7 @@ static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs
 /* -- read_request(): the usual chat request, read in one call ------------------------------- */
 
 static PyObject *s_content_type, *s_transfer_encoding, *s_content_encoding, *s_content_length, *s_input, *s_read,
-    *s_messages, *s_message;
+    *s_messages, *s_message, *s_closed;
 
 /* What str.strip() takes off the ends of an ASCII str. */
 static int is_strip_space(unsigned char c) { return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f); }
@@ -1315,12 +1318,97 @@ static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
 #endif
 }
 
+/* What a failure of the answer's steps gives: 0 (Python does the steps again, and says what failed)
+ * for an Exception, -1 (on up) for anything else. */
+static int step_failed(void) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* The rest of the request the user's view answers, as MemoryMiddleware.__call__() and its
+ * _count_topics() make it: the funnel's stage under capture_key, the message's counts appended to
+ * the state's notes as (user, week, en_only) while gate is None or gate.closed, and the body back in
+ * environ["wsgi.input"] as input_type(raw). tally is (week, gate, append, en_only, capture_key,
+ * input_type): week the middleware's cell of (the UTC day's first second, the next day's, that day's
+ * ISO week) by time.time()'s clock, en_only the counts of a message with no topic in English. 1 when
+ * done; 0 where Python makes them (a message with topics, a time outside the cell's day, or a step
+ * that raised an Exception: what was done then, Python does again the same way); -1 on an error
+ * that is no Exception. */
+static int answer_request(PyObject *environ, PyObject *raw, PyObject *user, PyObject *topics, PyObject *stage,
+                          PyObject *tally) {
+#ifdef _WIN32
+    return 0;
+#else
+    if (topics != Py_None && !(PyAnySet_Check(topics) && PySet_GET_SIZE(topics) == 0))
+        return 0;  /* (count_keys() names the topics: Python) */
+    PyObject *week = cell_item(PyTuple_GET_ITEM(tally, 0)), *gate = PyTuple_GET_ITEM(tally, 1);
+    struct timespec now;
+    if (week == NULL || !PyTuple_CheckExact(week) || PyTuple_GET_SIZE(week) != 3 ||
+        !PyFloat_CheckExact(PyTuple_GET_ITEM(week, 0)) || !PyFloat_CheckExact(PyTuple_GET_ITEM(week, 1)) ||
+        clock_gettime(CLOCK_REALTIME, &now) != 0)
+        return 0;
+    double t = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+    if (!(PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(week, 0)) <= t && t < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(week, 1))))
+        return 0;  /* another day: Python reads its week */
+    Py_INCREF(week);  /* held: the gate and the calls below may run code that changes the cell */
+    PyObject *input = NULL, *note = NULL, *appended = NULL;
+    int counting = 1, done = 0;
+    if (gate != Py_None) {
+        PyObject *closed = PyObject_GetAttr(gate, s_closed);
+        counting = closed == NULL ? -1 : PyObject_IsTrue(closed);
+        Py_XDECREF(closed);
+        if (counting < 0)
+            goto failed;
+    }
+    if ((input = PyObject_CallOneArg(PyTuple_GET_ITEM(tally, 5), raw)) == NULL ||
+        PyDict_SetItem(environ, PyTuple_GET_ITEM(tally, 4), stage) < 0)
+        goto failed;
+    if (counting && ((note = PyTuple_Pack(3, user, PyTuple_GET_ITEM(week, 2), PyTuple_GET_ITEM(tally, 3))) == NULL ||
+                     (appended = PyObject_CallOneArg(PyTuple_GET_ITEM(tally, 2), note)) == NULL))
+        goto failed;
+    /* (wsgi.input is a key environ holds: replacing its value allocates nothing. Were it to fail
+     * all the same, Python makes the steps again: better a count twice than a body lost.) */
+    if (PyDict_SetItem(environ, s_input, input) < 0)
+        goto failed;
+    done = 1;
+    goto out;
+failed:
+    done = step_failed();
+out:
+    Py_XDECREF(appended);
+    Py_XDECREF(note);
+    Py_XDECREF(input);
+    Py_DECREF(week);
+    return done;
+#endif
+}
+
+/* Whether the rules read_request() is given are still the ones to use: fresh is (cell, interval), the
+ * cell memo_mw.reload.ReloadingFunnel's of the time (by time.monotonic()) it last looked at its
+ * files, and a look is due unless 0 <= now - then < interval (as its check()). 1 or 0. */
+static int still_fresh(PyObject *fresh) {
+#ifdef _WIN32
+    return 0;
+#else
+    PyObject *then;
+    struct timespec now;
+    if (!PyFloat_CheckExact(PyTuple_GET_ITEM(fresh, 1)) ||
+        (then = cell_item(PyTuple_GET_ITEM(fresh, 0))) == NULL || !PyFloat_CheckExact(then) ||
+        clock_gettime(CLOCK_MONOTONIC, &now) != 0)
+        return 0;
+    double since = (double)now.tv_sec + (double)now.tv_nsec * 1e-9 - PyFloat_AS_DOUBLE(then);
+    return 0 <= since && since < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(fresh, 1));
+#endif
+}
+
 /* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's
  * result or None, the message's analysis), or NULL (with or without an error set) for anything else:
  * a body that is not ASCII, not one JSON object starting at its first byte, an OpenAI body, a message
  * that is not a non-empty ASCII str, no plain user id in the header user_key. */
 static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_key, PyObject *scan, PyObject *usual,
-                             PyObject *views, PyObject *quick) {
+                             PyObject *views, PyObject *quick, PyObject *tally) {
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
     Py_ssize_t n = PyBytes_GET_SIZE(raw);
     if (usual == Py_None || user_key == Py_None || n == 0 || b[0] != '{')
@@ -1407,10 +1495,20 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
     /* Nothing shared with the view's keys, nothing triggered, no recall-everything question: where
      * the view still answers, the request is answered here (nothing to recall, nothing to capture). */
     if (PyTuple_GET_ITEM(analysis, 0) == Py_None && verdict == 0 && entry != NULL && quick != NULL &&
-        PyTuple_GET_SIZE(usual) == 7 && PyTuple_GET_ITEM(usual, 6) == Py_True) {
+        PyTuple_GET_SIZE(usual) >= 7 && PyTuple_GET_ITEM(usual, 6) == Py_True) {
         int answers = view_answers(entry, quick, user);
         if (answers < 0)
             goto done;
+        if (answers && tally != NULL && PyTuple_GET_SIZE(usual) == 8) {
+            int done = answer_request(environ, raw, user, PyTuple_GET_ITEM(analysis, 1), PyTuple_GET_ITEM(usual, 7),
+                                      tally);
+            if (done < 0)
+                goto done;
+            if (done) {
+                out = Py_NewRef(Py_True);
+                goto done;
+            }
+        }
         if (answers) {
             out = PyTuple_Pack(5, raw, user, message, PyTuple_GET_ITEM(analysis, 1), PyTuple_GET_ITEM(results, 0));
             goto done;
@@ -1428,21 +1526,28 @@ done:
     return out;
 }
 
-/* read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]]): see the module's doc. */
+/* read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]]): see
+ * the module's doc. */
 static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 6 || nargs > 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]])");
+    if (nargs < 6 || nargs > 10) {
+        PyErr_SetString(PyExc_TypeError, "read_request(environ, content_types, max_body, user_key, scan, usual[, views[, "
+                                         "quick[, tally[, fresh]]]])");
         return NULL;
     }
     PyObject *views = nargs >= 7 && args[6] != Py_None ? args[6] : NULL;
-    PyObject *quick = nargs == 8 && args[7] != Py_None ? args[7] : NULL;
+    PyObject *quick = nargs >= 8 && args[7] != Py_None ? args[7] : NULL;
+    PyObject *tally = nargs >= 9 && args[8] != Py_None ? args[8] : NULL;
+    PyObject *fresh = nargs == 10 && args[9] != Py_None ? args[9] : NULL;
     if ((views != NULL && !PyDict_CheckExact(views)) ||
-        (quick != NULL && (!PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3))) {
-        PyErr_SetString(PyExc_TypeError,
-                        "read_request: views a dict or None, quick a (trusted, generations, spooled) tuple or None");
+        (quick != NULL && (!PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3)) ||
+        (tally != NULL && (!PyTuple_CheckExact(tally) || PyTuple_GET_SIZE(tally) != 6)) ||
+        (fresh != NULL && (!PyTuple_CheckExact(fresh) || PyTuple_GET_SIZE(fresh) != 2))) {
+        PyErr_SetString(PyExc_TypeError, "read_request: views a dict or None, quick a (trusted, generations, spooled) "
+                                         "tuple or None, tally a 6-tuple or None, fresh a (cell, interval) tuple or None");
         return NULL;
     }
+    if (fresh != NULL && !still_fresh(fresh))
+        return Py_NewRef(Py_False);  /* the rules' files are due a look: Python looks, then reads */
     PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
     Py_ssize_t max_body = PyLong_CheckExact(args[2]) ? PyLong_AsSsize_t(args[2]) : -1, length;
     if (max_body < 0) {  /* a cap that is no plain int, or past a Py_ssize_t: Python reads the request */
@@ -1450,8 +1555,8 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
         return Py_NewRef(Py_False);
     }
     if (!PyDict_Check(environ) || !PyAnySet_Check(content_types) || (user_key != Py_None && !PyUnicode_Check(user_key)) ||
-        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) < 6 && PyTuple_GET_SIZE(usual) != 0) || PyTuple_GET_SIZE(usual) > 7))) {
-        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 6- or 7-tuple, () or None");
+        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) < 6 && PyTuple_GET_SIZE(usual) != 0) || PyTuple_GET_SIZE(usual) > 8))) {
+        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 6- to 8-tuple, () or None");
         return NULL;
     }
     if (usual != Py_None && PyTuple_GET_SIZE(usual) == 0)
@@ -1486,7 +1591,7 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
         return raw;
     /* Read: from here on nothing fails, whatever happens the body goes back to the caller (but for
      * what is no Exception, as a KeyboardInterrupt in the JSON scanner's hooks: that goes on up). */
-    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual, views, quick);
+    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual, views, quick, tally);
     if (parts == NULL) {
         if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
             Py_DECREF(raw);
@@ -1508,8 +1613,8 @@ static PyMethodDef methods[] = {
     {"quiet", (PyCFunction)(void (*)(void))quiet, METH_FASTCALL,
      "quiet(text, classes, table, outputs, spec) -> 0 or 1 for a text that triggers nothing, -1: look closer"},
     {"read_request", (PyCFunction)(void (*)(void))read_request, METH_FASTCALL,
-     "read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick]]) -> False, None, the "
-     "body, its parts or its answer"},
+     "read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]]) -> "
+     "False, None, True, the body, its parts or its answer"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1523,7 +1628,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         const char *text;
     } names[] = {{&s_content_type, "CONTENT_TYPE"}, {&s_transfer_encoding, "HTTP_TRANSFER_ENCODING"},
                  {&s_content_encoding, "HTTP_CONTENT_ENCODING"}, {&s_content_length, "CONTENT_LENGTH"},
-                 {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"}};
+                 {&s_input, "wsgi.input"}, {&s_read, "read"}, {&s_messages, "messages"}, {&s_message, "message"},
+                 {&s_closed, "closed"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;

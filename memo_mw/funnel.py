@@ -371,13 +371,14 @@ class Funnel:
     def usual_args(self) -> tuple | None:
         """What memo_mw._speedups.read_request() needs of these rules to read the usual request:
         quiet()'s four arguments (_quiet_args), the tagger's lexicon, process()'s result for each
-        of quiet()'s verdicts 0 and 1, and whether the first rules out a recall-everything question
-        (so that a user's view may answer the request: MemoryMiddleware); None when quiet() cannot
-        tell."""
+        of quiet()'s verdicts 0 and 1, whether the first rules out a recall-everything question
+        (so that a user's view may answer the request: MemoryMiddleware), and the first's stage;
+        None when quiet() cannot tell."""
         if self._usual is None:
             quiet = self._quiet if self._quiet is not None else self._quiet_args()
             results = (_QUIET[self._any_recall_all is not None], _QUIET[0])
-            self._usual = (*quiet, self.topics.c_lexicon(), results, results[0].recall_all is False) if quiet else ()
+            self._usual = (*quiet, self.topics.c_lexicon(), results, results[0].recall_all is False,
+                           results[0].stage) if quiet else ()
         return self._usual or None
 
     def _process(self, message: str) -> FunnelResult:

@@ -128,8 +128,11 @@ class MemoryMiddleware:
         self.app = app
         from .reload import make_funnel
 
-        # Rules from files follow their files (memo_mw.reload); self.funnel.rules is the set in use.
-        self.funnel = make_funnel(rules, reload_interval=rules_reload_interval, clock=clock)
+        # Rules from files follow their files (memo_mw.reload); self.funnel.rules is the set in use. Its
+        # interval by time.monotonic when the clock is the real one (a wall clock can jump), else by
+        # the clock given (tests and replays move it).
+        self.funnel = make_funnel(rules, reload_interval=rules_reload_interval,
+                                  clock=time.monotonic if clock is time.time else clock)
         self.rules = self.funnel.rules  # as loaded at start-up
         # Absolute: the path travels in the jobs, and the worker may run in another folder.
         self.db = os.path.abspath(db)
@@ -168,8 +171,8 @@ class MemoryMiddleware:
         self._reloading = isinstance(self.funnel, ReloadingFunnel)
         # How the request notes its topic counts without a call, when the state offers it.
         self._topic_notes = getattr(getattr(self.queue, "state", None), "topic_notes", lambda: None)()
-        # (the UTC day's first second, the next day's, the day's ISO week): see _week_of
-        self._week: tuple[float, float, str] = (0.0, -1.0, "")
+        # [(the UTC day's first second, the next day's, the day's ISO week)]: see _week_of
+        self._week: list[tuple[float, float, str]] = [(0.0, -1.0, "")]
         self.clock = clock
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -178,24 +181,21 @@ class MemoryMiddleware:
             try:
                 # Read the body, handle the turn, and leave a body the app can read, whatever
                 # happens (here, not in a method of its own: one Python call fewer a request).
-                funnel = self.funnel
-                if self._reloading:  # ReloadingFunnel.check()'s common case inline (process() makes it too)
-                    if not 0 <= funnel.clock() - funnel._checked < funnel.interval:
-                        funnel.check()
-                    funnel = funnel._funnel
                 try:
-                    # The usual request read, parsed and looked at in one call
-                    # (memo_mw._speedups.read_request), which answers False where Python must read it.
-                    got = _read_request(environ, _PLAIN_JSON, self.max_body,
-                                        self.user_header_key if self.get_user is None else None, _SCAN,
-                                        funnel._usual if funnel._usual is not None else funnel.usual_args(),
-                                        self._view_keys, self._quick) if _read_request is not None else False
+                    # The usual request read, parsed, looked at and, where the user's view answers
+                    # it (nothing to recall, nothing to capture), done in one call
+                    # (memo_mw._speedups.read_request), with the arguments kept from the last
+                    # request; False where Python must read it, or look at the rules' files first.
+                    args = self._request_args
+                    got = _read_request(environ, *args) if args is not None else False
                     if got is False:
-                        got = self._read_body(environ)
+                        got = self._read(environ)
                 except Exception:  # nothing was read (or nothing can be put back): leave the request alone
                     log.exception("memo-mw: could not read the request body; request passed through")
                     got = None
-                if type(got) is tuple and len(got) == 5:
+                if got is True:
+                    pass  # answered in the one call: the body is back, the counts noted
+                elif type(got) is tuple and len(got) == 5:
                     # Answered by the user's view (read_request: nothing to recall, nothing to capture):
                     # what _handle() would do then is to count the message's topics.
                     try:
@@ -233,7 +233,38 @@ class MemoryMiddleware:
         # The app's own response iterable, as is: the server calls its close().
         return self.app(environ, start_response)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # The one-call read's arguments are made from the attributes: whatever is set, they are made again.
+        object.__setattr__(self, name, value)
+        if name != "_request_args":
+            object.__setattr__(self, "_request_args", None)
+
     # -- the request path ------------------------------------------------------------
+
+    def _read(self, environ: dict) -> Any:
+        """The request read (what memo_mw._speedups.read_request gives, or the body, or None), after the
+        rules' files were looked at if a look is due; the arguments of the one-call read made again
+        and kept when the next requests may use them without a look (see __call__)."""
+        funnel = self.funnel
+        if self._reloading:  # ReloadingFunnel.check()'s common case inline (process() makes it too)
+            if not 0 <= funnel.clock() - funnel._watch[0] < funnel.interval:
+                funnel.check()
+            funnel = funnel._funnel
+        if _read_request is None:
+            return self._read_body(environ)
+        # With the clocks read_request() knows (time.monotonic for the rules' look, time.time for the
+        # week the counts go to), it tells on its own when it may go on without Python.
+        tally = (self._week, *self._topic_notes, _EN_ONLY, ENVIRON_CAPTURE, io.BytesIO) \
+            if self._topic_notes is not None and self.clock is time.time else None
+        args = (_PLAIN_JSON, self.max_body, self.user_header_key if self.get_user is None else None, _SCAN,
+                funnel._usual if funnel._usual is not None else funnel.usual_args(), self._view_keys, self._quick,
+                tally)
+        if not self._reloading:
+            self._request_args = (*args, None)
+        elif self.funnel.clock is time.monotonic:
+            self._request_args = (*args, (self.funnel._watch, float(self.funnel.interval)))
+        got = _read_request(environ, *args)
+        return self._read_body(environ) if got is False else got
 
     def _body_length(self, environ: dict) -> int | None:
         """The body's length when the body is ours to read (JSON, a plain known length, under the cap)."""
@@ -409,7 +440,7 @@ class MemoryMiddleware:
         """Note the message's topics (None or a set) for the weekly insights (memo_mw.counters)."""
         # Most messages: no topic, in English (count_keys' answer then, without the calls).
         names = counters.count_keys(topics, message) if topics or not message.isascii() else _EN_ONLY
-        start, end, week = self._week
+        start, end, week = self._week[0]
         if not start <= now < end:  # (two comparisons: no float division a request)
             week = self._week_of(now)
         notes = self._topic_notes  # (gate, append) of the state's topic_notes(), or None
@@ -477,7 +508,7 @@ class MemoryMiddleware:
         """counters.week_of(now), kept for the rest of the UTC day (asked by every request)."""
         week = counters.week_of(now)
         start = now // 86400 * 86400
-        self._week = (start, start + 86400, week)  # one tuple: a request reads all from the same day
+        self._week[0] = (start, start + 86400, week)  # one tuple: a request reads all from the same day
         return week
 
     def _state_call(self, method: str, *args: Any) -> None:

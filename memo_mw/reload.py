@@ -17,6 +17,7 @@ interval of ``0`` or ``None`` turns watching off: both give a plain
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -95,7 +96,9 @@ class ReloadingFunnel:
         self._signature = files_signature(paths)
         self._funnel = Funnel(load_rules(paths), timeout=timeout)
         self._rejected: Signature | None = None  # the files as they were when last refused
-        self._checked = clock()
+        #: When (by clock) the files were last looked at, in a one-item list: with time.monotonic as
+        #: the clock, memo_mw._speedups.read_request() tells from it that no look is due (MemoryMiddleware).
+        self._watch = [clock()]
         self._lock = threading.Lock()
         self._idle = threading.Event()
         self._idle.set()
@@ -116,7 +119,7 @@ class ReloadingFunnel:
         return self._funnel.topics
 
     def process(self, message: str) -> FunnelResult:
-        if not 0 <= self.clock() - self._checked < self.interval:  # check()'s common case, inline
+        if not 0 <= self.clock() - self._watch[0] < self.interval:  # check()'s common case, inline
             self.check()
         return self._funnel.process(message)
 
@@ -134,12 +137,12 @@ class ReloadingFunnel:
     def check(self) -> None:
         """Look at the files if ``interval`` has passed; start a reload if they changed."""
         now = self.clock()
-        if 0 <= now - self._checked < self.interval:
+        if 0 <= now - self._watch[0] < self.interval:
             return  # the common case: one subtraction per request
         with self._lock:
-            if not self._idle.is_set() or 0 <= now - self._checked < self.interval:
+            if not self._idle.is_set() or 0 <= now - self._watch[0] < self.interval:
                 return  # another request looked, or a reload is running
-            self._checked = now
+            self._watch[0] = now
             signature = files_signature(self.paths)
             if signature == self._signature or signature == self._rejected:
                 return
@@ -169,6 +172,9 @@ class ReloadingFunnel:
                             "\n  ".join(problems))
                 return
             self._funnel = Funnel(rules, timeout=self.timeout)  # one assignment: requests see old or new
+            # A look due at once: what read the old funnel's rules without looking (the middleware's
+            # one-call read) looks again, and sees the new ones; a change made while loading is seen.
+            self._watch[0] = -math.inf
             self._signature, self._rejected = signature, None
             self.reloads += 1
             log.info("memo-mw: rules reloaded: %d files, %d triggers", len(rules.files), len(rules.triggers))

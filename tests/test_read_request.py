@@ -8,9 +8,11 @@ from __future__ import annotations
 import collections
 import io
 import json
+import math
 import os
 import sys
 import time
+import types
 import weakref
 
 import pytest
@@ -432,6 +434,105 @@ def test_a_view_that_still_answers_answers_the_request(middleware):
     assert answer_of(middleware, message, entry(), (changes()[0], {"alice": 7}, [False]))[1] == "alice"
 
 
+def test_with_a_tally_the_answered_request_is_done_in_the_call(middleware):
+    """With tally (the middleware's week cell, the state's (gate, append), the counts of a message
+    with no topic, the capture key, the input type), the request the user's view answers is done
+    in the call, as MemoryMiddleware.__call__ and _count_topics do it: True, the funnel's stage in
+    environ, the body back in wsgi.input, the counts noted (while the gate is closed). Where that
+    cannot be done there, the answer comes back as without a tally, nothing of it done."""
+    by_token, by_topic = keys_of(middleware, ["I like green tea", "I love hiking in the alps"])
+    keys = KeySet(by_token, by_topic)
+    entry = (weakref.ref(keys), True, 3, 7, time.monotonic() + 60)
+    usual = middleware.funnel.usual_args()
+    assert len(usual) == 8 and usual[7] == usual[5][0].stage == "no_trigger"
+    message = "what is the weather like in town 12 today?"
+    now = time.time()
+    gate = types.SimpleNamespace(closed=True)
+
+    def answer(text=message, week=(now - 60.0, now + 3600.0, "2026-W49"), append=None, rules=usual, tally=None):
+        noted = []
+        body = json.dumps({"message": text}).encode()
+        environ = environ_of(body)
+        tally = tally or ([week], gate, append or noted.append, ("@en",), "memo.capture", io.BytesIO)
+        got = read_request(environ, _PLAIN_JSON, middleware.max_body, middleware.user_header_key, _SCAN, rules,
+                           {"alice": entry}, changes(), tally)
+        return got, environ, noted, body
+
+    got, environ, noted, body = answer()
+    assert got is True
+    assert type(environ["wsgi.input"]) is io.BytesIO and environ["wsgi.input"].read() == body
+    assert environ["memo.capture"] == "no_trigger"
+    assert noted == [("alice", "2026-W49", ("@en",))]
+    gate.closed = False  # Redis down: no counts, as note_topics() does then; the rest done
+    got, environ, noted, body = answer()
+    assert got is True and environ["wsgi.input"].read() == body and noted == []
+    gate.closed = True
+
+    def fails(note):
+        raise ValueError("full")
+
+    class Stop(BaseException):
+        pass
+
+    def stops(note):
+        raise Stop
+
+    class Opening:
+        @property
+        def closed(self):
+            raise RuntimeError("half-open")
+
+    python_does_it = {
+        "a message with a topic": answer(text="what should I cook tonight?"),
+        "a time after the week's day": answer(week=(now - 7200.0, now - 3600.0, "2026-W49")),
+        "a time before it": answer(week=(now + 60.0, now + 3600.0, "2026-W49")),
+        "no day read yet": answer(week=(0.0, -1.0, "")),
+        "a day of ints": answer(week=(0, 2 ** 40, "2026-W49")),
+        "a failing append": answer(append=fails),
+        "a failing gate": answer(tally=([(now - 60.0, now + 3600.0, "w")], Opening(), [].append, ("@en",),
+                                        "memo.capture", io.BytesIO)),
+        "a failing input type": answer(tally=([(now - 60.0, now + 3600.0, "w")], None, [].append, ("@en",),
+                                              "memo.capture", lambda raw: 1 / 0)),
+        "rules without the stage": answer(rules=usual[:7]),
+    }
+    plain = read_request(environ_of(json.dumps({"message": message}).encode()), _PLAIN_JSON, middleware.max_body,
+                         middleware.user_header_key, _SCAN, usual, {"alice": entry}, changes())
+    for case, (got, environ, noted, body) in python_does_it.items():
+        assert type(got) is tuple and len(got) == 5 and got[0] == body, case
+        assert noted == [] and "wsgi.input" in environ and environ["wsgi.input"].read() == b"", case  # read
+        # (the stage is set before the counts are appended: Python sets it again, the same)
+        assert environ.get("memo.capture") == ("no_trigger" if case == "a failing append" else None), case
+        if case != "a message with a topic":
+            assert got == plain, case
+    with pytest.raises(Stop):  # what is no Exception goes on up
+        answer(append=stops)
+    for tally in [[[(now, now + 1, "w")], None, [].append, (), "k", io.BytesIO], ([], None, [].append)]:
+        with pytest.raises(TypeError):
+            answer(tally=tally)
+
+
+def test_rules_due_a_look_leave_the_read_to_python(middleware):
+    """With fresh ((the cell of when the rules' files were last looked at, the interval), by
+    time.monotonic), a request comes back False, nothing read, when a look is due (or the cell
+    holds no time to tell): the middleware's Python looks at the files, then reads it."""
+    body = b'{"message": "what is the weather like in town 12 today?"}'
+    args = (_PLAIN_JSON, middleware.max_body, middleware.user_header_key, _SCAN, middleware.funnel.usual_args(),
+            None, None, None)
+    expected = read_request(environ_of(body), *args)
+    assert type(expected) is tuple
+    now = time.monotonic()
+    for fresh in [None, ([now], 60.0), ([now - 59.0], 60.0)]:
+        assert read_request(environ_of(body), *args, fresh) == expected, fresh
+    for fresh in [([now - 61.0], 60.0), ([now + 5.0], 60.0), ([-math.inf], 60.0), ([math.nan], 60.0),
+                  ([now], 0.0), ([int(now)], 60.0), ([now], 60), ([], 60.0), ([now, now], 60.0), ((now,), 60.0)]:
+        environ = environ_of(body)
+        assert read_request(environ, *args, fresh) is False, fresh
+        assert environ["wsgi.input"].read() == body, fresh  # nothing read
+    for fresh in [[[now], 60.0], ([now],), ([now], 60.0, True)]:
+        with pytest.raises(TypeError):
+            read_request(environ_of(body), *args, fresh)
+
+
 def test_what_it_cannot_read_is_a_clear_error(middleware):
     with pytest.raises(TypeError):
         read_request({}, _PLAIN_JSON, 10, "HTTP_X_USER_ID", _SCAN)
@@ -535,7 +636,7 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
         with monkeypatch.context() as reading:
             if real is not None:  # whether the view answered the request, or its keys the message
                 reading.setattr(middleware_module, "_read_request", lambda *args: (lambda got: by_keys.append(
-                    "answered" if type(got) is tuple and len(got) == 5 else
+                    "answered" if got is True or type(got) is tuple and len(got) == 5 else
                     "keys" if type(got) is tuple and got[5] is not None and got[5][0] is None else None)
                     or got)(real(*args)))
             for question in questions:

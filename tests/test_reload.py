@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import textwrap
+import time
 
 import pytest
 from werkzeug.test import Client
@@ -105,6 +106,36 @@ def test_an_edit_is_used_after_the_interval_without_a_restart(served, rules_file
     assert [t.id for t in middleware.funnel.rules.triggers] == ["r.like", "r.adore"]
     # The recaller reads the same, current rules (recall-all questions, topics).
     assert middleware.recaller.funnel is middleware.funnel
+
+
+def test_with_the_real_clock_requests_skip_the_look_until_it_is_due(rules_file, tmp_path, monkeypatch):
+    """With the real clock, the requests between two looks at the files are read in one call with
+    what the last request read them with (memo_mw._speedups.read_request tells that no look is due);
+    once it is, Python looks; and a reload has the next request look again, on the new rules."""
+    from memo_mw import middleware as middleware_module
+
+    if middleware_module._read_request is None:
+        pytest.skip("the compiled extension is not built")
+    middleware = MemoryMiddleware(chat_app, rules=str(rules_file), db=str(tmp_path / "memo.db"),
+                                  rules_reload_interval=2.0)
+    assert middleware.funnel.clock is time.monotonic  # (the middleware's clock is time.time)
+    looked = []
+    read = MemoryMiddleware._read
+    monkeypatch.setattr(MemoryMiddleware, "_read", lambda self, environ: looked.append(1) or read(self, environ))
+    client = Client(middleware)
+    try:
+        assert say(client, "I adore tea") == "no_trigger"
+        assert say(client, "I adore tea") == "no_trigger"
+        assert looked == [1]  # the first request only: the second read with what it was read with
+        edit(rules_file, ADORE)
+        time.sleep(2.1)  # the look falls due
+        say(client, "hello")  # ... this request looks, and starts the reload
+        assert middleware.funnel.wait(timeout=30) and middleware.funnel.reloads == 1
+        assert looked == [1, 1]
+        assert say(client, "I adore tea") == "captured"  # at once: the reload made a look due
+        assert len(looked) == 3
+    finally:
+        middleware.queue.close()
 
 
 def test_a_broken_edit_keeps_the_last_good_rules_and_is_logged_once(served, rules_file, caplog):
