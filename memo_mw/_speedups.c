@@ -44,6 +44,9 @@
  *       funnel's result), or, with tally (see answer_request()), is answered here: True, the
  *       body back in wsgi.input and the message's counts noted. Whatever fails after the read
  *       gives the body.
+ *   Reader(content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]])
+ *       read_request() with these arguments kept, checked once: reader(environ) reads as
+ *       read_request(environ, ...) does, without the arguments read and checked again each call.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -947,26 +950,40 @@ static inline int quiet_step(unsigned char c, const unsigned char *classes, cons
  * for the needles of states where a trigger's needle ends; flagged, a state before which all flags
  * are 0 (needle_table numbers the states where needles end last), so that flags is read
  * only from there. */
-static int quiet_verdict(PyObject *text, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
-                         PyObject *outputs, PyObject *spec) {
+typedef struct {
+    PyObject *roles;  /* borrowed, as the flags: the spec's caller holds it */
+    const unsigned char *flags;
+    Py_ssize_t digit_limit, piece, flagged;
+} quiet_spec;
+
+/* quiet()'s spec, checked against the table's outputs, into *out: 0, or -1 with a ValueError set. */
+static int read_spec(PyObject *spec, PyObject *outputs, quiet_spec *out) {
     if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 5 || !PyDict_Check(PyTuple_GET_ITEM(spec, 0)) ||
         !PyBytes_Check(PyTuple_GET_ITEM(spec, 3)) ||
         PyBytes_GET_SIZE(PyTuple_GET_ITEM(spec, 3)) != PyTuple_GET_SIZE(outputs)) {
         PyErr_SetString(PyExc_ValueError,
                         "quiet: spec is (roles, digit_limit, piece, flags of each state, the first state flagged)");
-        return -2;
+        return -1;
     }
-    PyObject *roles = PyTuple_GET_ITEM(spec, 0);
-    const unsigned char *flags = (const unsigned char *)PyBytes_AS_STRING(PyTuple_GET_ITEM(spec, 3));
-    Py_ssize_t digit_limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
-    Py_ssize_t piece = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
-    Py_ssize_t flagged = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 4));
-    if ((digit_limit == -1 || piece == -1 || flagged == -1) && PyErr_Occurred())
-        return -2;
-    if (flagged < 0 || flagged > PyTuple_GET_SIZE(outputs)) {
+    out->roles = PyTuple_GET_ITEM(spec, 0);
+    out->flags = (const unsigned char *)PyBytes_AS_STRING(PyTuple_GET_ITEM(spec, 3));
+    out->digit_limit = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 1));
+    out->piece = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
+    out->flagged = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 4));
+    if ((out->digit_limit == -1 || out->piece == -1 || out->flagged == -1) && PyErr_Occurred())
+        return -1;
+    if (out->flagged < 0 || out->flagged > PyTuple_GET_SIZE(outputs)) {
         PyErr_SetString(PyExc_ValueError, "quiet: the first state flagged is outside the table");
-        return -2;
+        return -1;
     }
+    return 0;
+}
+
+static int quiet_verdict(PyObject *text, const unsigned char *classes, const uint16_t *table, Py_ssize_t width,
+                         PyObject *outputs, const quiet_spec *spec) {
+    PyObject *roles = spec->roles;
+    const unsigned char *flags = spec->flags;
+    Py_ssize_t digit_limit = spec->digit_limit, piece = spec->piece, flagged = spec->flagged;
     const unsigned char *s = PyUnicode_1BYTE_DATA(text);
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     /* A text the funnel's cleaning leaves as it is: printable ASCII, no space at either end or
@@ -1029,9 +1046,11 @@ static PyObject *quiet(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     const unsigned char *classes;
     const uint16_t *table;
     Py_ssize_t width;
-    if (check_ascii(args[0], "quiet") < 0 || read_table(args[1], args[2], args[3], "quiet", &classes, &table, &width) < 0)
+    quiet_spec spec;
+    if (check_ascii(args[0], "quiet") < 0 || read_table(args[1], args[2], args[3], "quiet", &classes, &table, &width) < 0 ||
+        read_spec(args[4], args[3], &spec) < 0)
         return NULL;
-    int verdict = quiet_verdict(args[0], classes, table, width, args[3], args[4]);
+    int verdict = quiet_verdict(args[0], classes, table, width, args[3], &spec);
     return verdict == -2 ? NULL : PyLong_FromLong(verdict);
 }
 
@@ -1403,15 +1422,88 @@ static int still_fresh(PyObject *fresh) {
 #endif
 }
 
+/* read_request()'s arguments but environ, checked (borrowed: the caller, or a Reader, holds them). */
+typedef struct {
+    PyObject *content_types, *user_key, *scan, *views, *quick, *tally, *fresh;  /* (NULL for None) */
+    Py_ssize_t max_body;  /* -1: Python reads every request (a cap that is no plain int) */
+    /* usual's parts: rules 1 when read, 0 without usual (only the body is read), -1 for a usual
+     * whose parts cannot be read (the body comes back, as for anything that fails after the read) */
+    int rules, answers;
+    const unsigned char *classes;
+    const uint16_t *table;
+    Py_ssize_t width;
+    PyObject *outputs, *lexicon, *results, *stage;  /* (stage NULL: no answer made in the call) */
+    quiet_spec spec;
+} request_args;
+
+static const char READ_ARGS[] = "content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]]";
+
+/* read_request()'s arguments after environ, args[0:nargs], into *ra: 0, or -1 with a TypeError
+ * for arguments of the wrong kind (and, strict, a ValueError for a usual whose parts cannot be
+ * read). */
+static int read_args(PyObject *const *args, Py_ssize_t nargs, request_args *ra, int strict) {
+    if (nargs < 5 || nargs > 9) {
+        PyErr_Format(PyExc_TypeError, "read_request(environ, %s)", READ_ARGS);
+        return -1;
+    }
+    PyObject *usual = args[4];
+    ra->content_types = args[0];
+    ra->user_key = args[2] != Py_None ? args[2] : NULL;
+    ra->scan = args[3];
+    ra->views = nargs >= 6 && args[5] != Py_None ? args[5] : NULL;
+    ra->quick = nargs >= 7 && args[6] != Py_None ? args[6] : NULL;
+    ra->tally = nargs >= 8 && args[7] != Py_None ? args[7] : NULL;
+    ra->fresh = nargs == 9 && args[8] != Py_None ? args[8] : NULL;
+    if (!PyAnySet_Check(ra->content_types) || (ra->user_key != NULL && !PyUnicode_Check(ra->user_key)) ||
+        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) < 6 && PyTuple_GET_SIZE(usual) != 0) ||
+                              PyTuple_GET_SIZE(usual) > 8)) ||
+        (ra->views != NULL && !PyDict_CheckExact(ra->views)) ||
+        (ra->quick != NULL && (!PyTuple_CheckExact(ra->quick) || PyTuple_GET_SIZE(ra->quick) != 3)) ||
+        (ra->tally != NULL && (!PyTuple_CheckExact(ra->tally) || PyTuple_GET_SIZE(ra->tally) != 6)) ||
+        (ra->fresh != NULL && (!PyTuple_CheckExact(ra->fresh) || PyTuple_GET_SIZE(ra->fresh) != 2))) {
+        PyErr_SetString(PyExc_TypeError, "read_request: content types a set, usual a 6- to 8-tuple, () or None, "
+                                         "views a dict or None, quick a (trusted, generations, spooled) tuple or None, "
+                                         "tally a 6-tuple or None, fresh a (cell, interval) tuple or None");
+        return -1;
+    }
+    ra->max_body = PyLong_CheckExact(args[1]) ? PyLong_AsSsize_t(args[1]) : -1;
+    if (ra->max_body < 0)  /* (no plain int, or past a Py_ssize_t) */
+        PyErr_Clear();
+    ra->rules = 0;
+    if (usual == Py_None || PyTuple_GET_SIZE(usual) == 0)
+        return 0;
+    ra->rules = -1;
+    ra->lexicon = PyTuple_GET_ITEM(usual, 4);
+    ra->results = PyTuple_GET_ITEM(usual, 5);
+    ra->answers = PyTuple_GET_SIZE(usual) >= 7 && PyTuple_GET_ITEM(usual, 6) == Py_True;
+    ra->stage = PyTuple_GET_SIZE(usual) == 8 ? PyTuple_GET_ITEM(usual, 7) : NULL;
+    ra->outputs = PyTuple_GET_ITEM(usual, 2);
+    if (!PyObject_TypeCheck(ra->lexicon, &LexiconType) || !PyTuple_Check(ra->results) ||
+        PyTuple_GET_SIZE(ra->results) != 2) {
+        if (strict)
+            PyErr_SetString(PyExc_ValueError, "read_request: usual holds a Lexicon and the two quiet results");
+        return strict ? -1 : 0;
+    }
+    if (read_table(PyTuple_GET_ITEM(usual, 0), PyTuple_GET_ITEM(usual, 1), ra->outputs, "read_request", &ra->classes,
+                   &ra->table, &ra->width) < 0 ||
+        read_spec(PyTuple_GET_ITEM(usual, 3), ra->outputs, &ra->spec) < 0) {
+        if (strict)
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    ra->rules = 1;
+    return 0;
+}
+
 /* The usual request's parts from its body raw (read whole): (raw, body, message, user id, the funnel's
  * result or None, the message's analysis), or NULL (with or without an error set) for anything else:
  * a body that is not ASCII, not one JSON object starting at its first byte, an OpenAI body, a message
  * that is not a non-empty ASCII str, no plain user id in the header user_key. */
-static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_key, PyObject *scan, PyObject *usual,
-                             PyObject *views, PyObject *quick, PyObject *tally) {
+static PyObject *usual_parts(PyObject *environ, PyObject *raw, const request_args *ra) {
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(raw);
     Py_ssize_t n = PyBytes_GET_SIZE(raw);
-    if (usual == Py_None || user_key == Py_None || n == 0 || b[0] != '{')
+    if (ra->rules <= 0 || ra->user_key == NULL || n == 0 || b[0] != '{')
         return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (b[i] & 0x80)
@@ -1431,7 +1523,7 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
             return NULL;
         PyObject *argv[2] = {text, NULL};
         argv[1] = PyLong_FromLong(0);
-        scanned = argv[1] == NULL ? NULL : PyObject_Vectorcall(scan, argv, 2, NULL);
+        scanned = argv[1] == NULL ? NULL : PyObject_Vectorcall(ra->scan, argv, 2, NULL);
         Py_XDECREF(argv[1]);
         Py_DECREF(text);
         if (scanned == NULL)
@@ -1455,7 +1547,7 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         }
         Py_INCREF(message);
     }
-    user = PyDict_GetItemWithError(environ, user_key);
+    user = PyDict_GetItemWithError(environ, ra->user_key);
     if (user == NULL || !PyUnicode_CheckExact(user) || !PyUnicode_IS_ASCII(user) || PyUnicode_GET_LENGTH(user) == 0 ||
         PyUnicode_GET_LENGTH(user) > MAX_ID_CHARS || is_strip_space(PyUnicode_1BYTE_DATA(user)[0]) ||
         is_strip_space(PyUnicode_1BYTE_DATA(user)[PyUnicode_GET_LENGTH(user) - 1])) {
@@ -1463,15 +1555,8 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         goto done;
     }
     Py_INCREF(user);  /* held: what follows makes objects, and a collection may run code that changes environ */
-    PyObject *lexicon = PyTuple_GET_ITEM(usual, 4), *results = PyTuple_GET_ITEM(usual, 5);
-    const unsigned char *classes;
-    const uint16_t *table;
-    Py_ssize_t width;
-    if (!PyObject_TypeCheck(lexicon, &LexiconType) || !PyTuple_Check(results) || PyTuple_GET_SIZE(results) != 2 ||
-        read_table(PyTuple_GET_ITEM(usual, 0), PyTuple_GET_ITEM(usual, 1), PyTuple_GET_ITEM(usual, 2), "read_request",
-                   &classes, &table, &width) < 0)
-        goto done;
-    int verdict = quiet_verdict(message, classes, table, width, PyTuple_GET_ITEM(usual, 2), PyTuple_GET_ITEM(usual, 3));
+    PyObject *lexicon = ra->lexicon, *results = ra->results;
+    int verdict = quiet_verdict(message, ra->classes, ra->table, ra->width, ra->outputs, &ra->spec);
     if (verdict == -2)
         goto done;
     /* The tagger's analysis of the message, case-folded (for ASCII, lower case). */
@@ -1483,7 +1568,7 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         folded[i] = (m[i] >= 'A' && m[i] <= 'Z') ? (unsigned char)(m[i] + 32) : m[i];
     /* With the user's view's keys, checked against them without the tokens made (the usual
      * message shares none); where they may share one, or without keys, the whole analysis. */
-    KeySetObject *keys = view_keys(views, user, &entry);
+    KeySetObject *keys = view_keys(ra->views, user, &entry);
     if (keys == NULL && PyErr_Occurred())
         goto done;
     analysis = keys == NULL ? NULL : analysis_of(folded, length, (LexiconObject *)lexicon, keys);
@@ -1494,14 +1579,12 @@ static PyObject *usual_parts(PyObject *environ, PyObject *raw, PyObject *user_ke
         goto done;
     /* Nothing shared with the view's keys, nothing triggered, no recall-everything question: where
      * the view still answers, the request is answered here (nothing to recall, nothing to capture). */
-    if (PyTuple_GET_ITEM(analysis, 0) == Py_None && verdict == 0 && entry != NULL && quick != NULL &&
-        PyTuple_GET_SIZE(usual) >= 7 && PyTuple_GET_ITEM(usual, 6) == Py_True) {
-        int answers = view_answers(entry, quick, user);
+    if (PyTuple_GET_ITEM(analysis, 0) == Py_None && verdict == 0 && entry != NULL && ra->quick != NULL && ra->answers) {
+        int answers = view_answers(entry, ra->quick, user);
         if (answers < 0)
             goto done;
-        if (answers && tally != NULL && PyTuple_GET_SIZE(usual) == 8) {
-            int done = answer_request(environ, raw, user, PyTuple_GET_ITEM(analysis, 1), PyTuple_GET_ITEM(usual, 7),
-                                      tally);
+        if (answers && ra->tally != NULL && ra->stage != NULL) {
+            int done = answer_request(environ, raw, user, PyTuple_GET_ITEM(analysis, 1), ra->stage, ra->tally);
             if (done < 0)
                 goto done;
             if (done) {
@@ -1526,45 +1609,21 @@ done:
     return out;
 }
 
-/* read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]]): see
- * the module's doc. */
-static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 6 || nargs > 10) {
-        PyErr_SetString(PyExc_TypeError, "read_request(environ, content_types, max_body, user_key, scan, usual[, views[, "
-                                         "quick[, tally[, fresh]]]])");
+/* The request in environ read with the arguments ra: see the module's doc on read_request(). */
+static PyObject *read_with(PyObject *environ, const request_args *ra) {
+    if (!PyDict_Check(environ)) {
+        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict");
         return NULL;
     }
-    PyObject *views = nargs >= 7 && args[6] != Py_None ? args[6] : NULL;
-    PyObject *quick = nargs >= 8 && args[7] != Py_None ? args[7] : NULL;
-    PyObject *tally = nargs >= 9 && args[8] != Py_None ? args[8] : NULL;
-    PyObject *fresh = nargs == 10 && args[9] != Py_None ? args[9] : NULL;
-    if ((views != NULL && !PyDict_CheckExact(views)) ||
-        (quick != NULL && (!PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3)) ||
-        (tally != NULL && (!PyTuple_CheckExact(tally) || PyTuple_GET_SIZE(tally) != 6)) ||
-        (fresh != NULL && (!PyTuple_CheckExact(fresh) || PyTuple_GET_SIZE(fresh) != 2))) {
-        PyErr_SetString(PyExc_TypeError, "read_request: views a dict or None, quick a (trusted, generations, spooled) "
-                                         "tuple or None, tally a 6-tuple or None, fresh a (cell, interval) tuple or None");
-        return NULL;
-    }
-    if (fresh != NULL && !still_fresh(fresh))
+    if (ra->max_body < 0)
+        return Py_NewRef(Py_False);  /* a cap that is no plain int, or past a Py_ssize_t: Python reads the request */
+    if (ra->fresh != NULL && !still_fresh(ra->fresh))
         return Py_NewRef(Py_False);  /* the rules' files are due a look: Python looks, then reads */
-    PyObject *environ = args[0], *content_types = args[1], *user_key = args[3], *scan = args[4], *usual = args[5];
-    Py_ssize_t max_body = PyLong_CheckExact(args[2]) ? PyLong_AsSsize_t(args[2]) : -1, length;
-    if (max_body < 0) {  /* a cap that is no plain int, or past a Py_ssize_t: Python reads the request */
-        PyErr_Clear();
-        return Py_NewRef(Py_False);
-    }
-    if (!PyDict_Check(environ) || !PyAnySet_Check(content_types) || (user_key != Py_None && !PyUnicode_Check(user_key)) ||
-        (usual != Py_None && (!PyTuple_Check(usual) || (PyTuple_GET_SIZE(usual) < 6 && PyTuple_GET_SIZE(usual) != 0) || PyTuple_GET_SIZE(usual) > 8))) {
-        PyErr_SetString(PyExc_TypeError, "read_request: environ a dict, content types a set, usual a 6- to 8-tuple, () or None");
-        return NULL;
-    }
-    if (usual != Py_None && PyTuple_GET_SIZE(usual) == 0)
-        usual = Py_None;
-    int plain = plain_length(environ, content_types, &length);
+    Py_ssize_t length;
+    int plain = plain_length(environ, ra->content_types, &length);
     if (plain <= 0)
         return plain < 0 ? NULL : Py_NewRef(Py_False);
-    if (length <= 0 || length > max_body)
+    if (length <= 0 || length > ra->max_body)
         Py_RETURN_NONE;
     /* bytes(environ["wsgi.input"].read(length)); its errors are the caller's. */
     PyObject *input = PyDict_GetItemWithError(environ, s_input);
@@ -1591,7 +1650,7 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
         return raw;
     /* Read: from here on nothing fails, whatever happens the body goes back to the caller (but for
      * what is no Exception, as a KeyboardInterrupt in the JSON scanner's hooks: that goes on up). */
-    PyObject *parts = usual_parts(environ, raw, user_key, scan, usual, views, quick, tally);
+    PyObject *parts = usual_parts(environ, raw, ra);
     if (parts == NULL) {
         if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) {
             Py_DECREF(raw);
@@ -1603,6 +1662,83 @@ static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_
     Py_DECREF(raw);
     return parts;
 }
+
+/* read_request(environ, content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]]): see
+ * the module's doc. */
+static PyObject *read_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    request_args ra;
+    if (nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "read_request(environ, %s)", READ_ARGS);
+        return NULL;
+    }
+    return read_args(args + 1, nargs - 1, &ra, 0) < 0 ? NULL : read_with(args[0], &ra);
+}
+
+/* -- Reader: read_request() with its arguments kept ---------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *args;  /* the arguments, held: ra borrows from them */
+    request_args ra;
+} ReaderObject;
+
+static PyObject *reader_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Reader(environ)");
+        return NULL;
+    }
+    return read_with(args[0], &((ReaderObject *)self)->ra);
+}
+
+static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0) {
+        PyErr_Format(PyExc_TypeError, "Reader(%s)", READ_ARGS);
+        return NULL;
+    }
+    ReaderObject *reader = (ReaderObject *)type->tp_alloc(type, 0);
+    if (reader == NULL)
+        return NULL;
+    reader->args = Py_NewRef(args);
+    reader->vectorcall = reader_vectorcall;
+    if (read_args(&PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), &reader->ra, 1) < 0) {
+        Py_DECREF(reader);
+        return NULL;
+    }
+    return (PyObject *)reader;
+}
+
+static int reader_traverse(ReaderObject *reader, visitproc visit, void *arg) {
+    Py_VISIT(reader->args);
+    return 0;
+}
+
+static int reader_clear(ReaderObject *reader) {
+    reader->ra.max_body = -1;  /* (ra borrows from args: a reader the collector cleared reads nothing) */
+    Py_CLEAR(reader->args);
+    return 0;
+}
+
+static void reader_dealloc(ReaderObject *reader) {
+    PyObject_GC_UnTrack(reader);
+    reader_clear(reader);
+    Py_TYPE(reader)->tp_free((PyObject *)reader);
+}
+
+static PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "memo_mw._speedups.Reader",
+    .tp_basicsize = sizeof(ReaderObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(ReaderObject, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = reader_new,
+    .tp_traverse = (traverseproc)reader_traverse,
+    .tp_clear = (inquiry)reader_clear,
+    .tp_dealloc = (destructor)reader_dealloc,
+    .tp_doc = "Reader(content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]]): "
+              "read_request() with these arguments, checked once (a usual whose parts cannot be read is a "
+              "ValueError here); reader(environ) is read_request(environ, ...).",
+};
 
 static PyMethodDef methods[] = {
     {"ascii_analysis", (PyCFunction)(void (*)(void))ascii_analysis, METH_FASTCALL,
@@ -1634,11 +1770,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         if (*names[i].name == NULL && (*names[i].name = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
     }
-    if (PyType_Ready(&LexiconType) < 0 || PyType_Ready(&KeySetType) < 0)
+    if (PyType_Ready(&LexiconType) < 0 || PyType_Ready(&KeySetType) < 0 || PyType_Ready(&ReaderType) < 0)
         return NULL;
     PyObject *created = PyModule_Create(&module);
     if (created != NULL && (PyModule_AddObjectRef(created, "Lexicon", (PyObject *)&LexiconType) < 0 ||
-                            PyModule_AddObjectRef(created, "KeySet", (PyObject *)&KeySetType) < 0))
+                            PyModule_AddObjectRef(created, "KeySet", (PyObject *)&KeySetType) < 0 ||
+                            PyModule_AddObjectRef(created, "Reader", (PyObject *)&ReaderType) < 0))
         Py_CLEAR(created);
     return created;
 }

@@ -185,9 +185,9 @@ class MemoryMiddleware:
                     # The usual request read, parsed, looked at and, where the user's view answers
                     # it (nothing to recall, nothing to capture), done in one call
                     # (memo_mw._speedups.read_request), with the arguments kept from the last
-                    # request; False where Python must read it, or look at the rules' files first.
-                    args = self._request_args
-                    got = _read_request(environ, *args) if args is not None else False
+                    # request (a Reader); False where Python must read it, or look at the rules' files first.
+                    reader = self._reader
+                    got = reader(environ) if reader is not None else False
                     if got is False:
                         got = self._read(environ)
                 except Exception:  # nothing was read (or nothing can be put back): leave the request alone
@@ -236,8 +236,8 @@ class MemoryMiddleware:
     def __setattr__(self, name: str, value: Any) -> None:
         # The one-call read's arguments are made from the attributes: whatever is set, they are made again.
         object.__setattr__(self, name, value)
-        if name != "_request_args":
-            object.__setattr__(self, "_request_args", None)
+        if name != "_reader":
+            object.__setattr__(self, "_reader", None)
 
     # -- the request path ------------------------------------------------------------
 
@@ -259,10 +259,15 @@ class MemoryMiddleware:
         args = (_PLAIN_JSON, self.max_body, self.user_header_key if self.get_user is None else None, _SCAN,
                 funnel._usual if funnel._usual is not None else funnel.usual_args(), self._view_keys, self._quick,
                 tally)
-        if not self._reloading:
-            self._request_args = (*args, None)
-        elif self.funnel.clock is time.monotonic:
-            self._request_args = (*args, (self.funnel._watch, float(self.funnel.interval)))
+        # Kept (a Reader: the arguments checked once) where it may read the next requests on its own:
+        # rules that are never reloaded, or whose look it tells is due by the clock it knows.
+        fresh = None if not self._reloading else (self.funnel._watch, float(self.funnel.interval)) \
+            if self.funnel.clock is time.monotonic else False
+        if fresh is not False and _Reader is not None:
+            try:
+                self._reader = _Reader(*args, fresh)
+            except ValueError:  # rules it cannot read: read_request() gives their requests' bodies to Python
+                log.warning("memo-mw: the one-call read cannot read these rules; requests read in Python")
         got = _read_request(environ, *args)
         return self._read_body(environ) if got is False else got
 
@@ -627,6 +632,7 @@ _SCAN = _DECODER.scan_once  # its scanner (in C), which decode() runs after skip
 _JSON_SPACE = " \t\n\r"
 #: The usual request read in one call (memo_mw/_speedups.c), when the extension was built.
 _read_request = getattr(_speedups, "read_request", None)
+_Reader = getattr(_speedups, "Reader", None)
 
 
 def _decode(text: str) -> Any:

@@ -25,6 +25,7 @@ from memo_mw.middleware import _PLAIN_JSON, _SCAN, _decode, _turn_of
 from .test_speedups import FUNNEL_TEXTS, speedups  # noqa: F401  (skips the module without the extension)
 
 read_request = middleware_module._read_request
+Reader = middleware_module._Reader
 
 MESSAGES = st.one_of(FUNNEL_TEXTS, st.sampled_from(["", " ", "我喜欢喝绿茶", "café", "\ud800 lone", "a\u0000b",
                                                     "what is the weather like in town 12 today?"]))
@@ -108,18 +109,19 @@ def python_read(middleware, environ):
             middleware.funnel.topics.analyse_once(turn.message))
 
 
-def c_read(middleware, environ):
-    return read_request(environ, _PLAIN_JSON, middleware.max_body,
-                        None if middleware.get_user is not None else middleware.user_header_key, _SCAN,
-                        middleware.funnel.usual_args())
+def c_read(middleware, environ, kept=False):
+    """read_request() with the middleware's arguments; kept: by a Reader of them."""
+    args = (_PLAIN_JSON, middleware.max_body, None if middleware.get_user is not None else middleware.user_header_key,
+            _SCAN, middleware.funnel.usual_args())
+    return Reader(*args)(environ) if kept else read_request(environ, *args)
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
-@given(environs())
-def test_the_usual_request_is_read_as_python_reads_it(middleware, environ):
+@given(environs(), st.booleans())
+def test_the_usual_request_is_read_as_python_reads_it(middleware, environ, kept):
     body = environ["wsgi.input"].getvalue()
-    got = c_read(middleware, environ)
+    got = c_read(middleware, environ, kept)
     position = environ["wsgi.input"].tell()
     environ["wsgi.input"] = io.BytesIO(body)
     expected = python_read(middleware, environ)
@@ -533,6 +535,56 @@ def test_rules_due_a_look_leave_the_read_to_python(middleware):
             read_request(environ_of(body), *args, fresh)
 
 
+def test_a_reader_checks_its_arguments_once(middleware):
+    """A Reader is read_request() with its arguments kept: those of the wrong kind are a TypeError,
+    rules whose parts cannot be read a ValueError, when it is made (read_request() gives such a
+    request's body back); it is called with the environ alone."""
+    usual = middleware.funnel.usual_args()
+    args = (_PLAIN_JSON, middleware.max_body, middleware.user_header_key, _SCAN, usual)
+    body = b'{"message": "what is the weather like in town 12 today?"}'
+    reader = Reader(*args, None, None, None, None)
+    assert reader(environ_of(body)) == read_request(environ_of(body), *args) != body
+    for wrong in [args[:4], (*args, None, None, None, None, None), ([], *args[1:]), (*args[:4], ("not", "usual")),
+                  (*args, []), (*args, None, [], None), (*args, None, None, ()), (*args, None, None, None, [1, 2.0])]:
+        with pytest.raises(TypeError):
+            Reader(*wrong)
+    for unreadable in [(*usual[:4], object(), *usual[5:]), (*usual[:5], (1,), *usual[6:]),
+                       (usual[0][:5], *usual[1:]), (*usual[:3], ({}, 1, 2, b"", 0), *usual[4:])]:
+        with pytest.raises(ValueError):
+            Reader(*args[:4], unreadable)
+        assert read_request(environ_of(body), *args[:4], unreadable) == body
+    with pytest.raises(TypeError):
+        reader()
+    with pytest.raises(TypeError):
+        reader(environ_of(body), environ_of(body))
+    with pytest.raises(TypeError):
+        reader(environ=environ_of(body))
+    with pytest.raises(TypeError):
+        reader([])
+    with pytest.raises(TypeError):
+        Reader(*args, views=None)
+    stale = Reader(*args, None, None, None, ([time.monotonic() - 61.0], 60.0))
+    environ = environ_of(body)
+    assert stale(environ) is False and environ["wsgi.input"].read() == body  # a look due: nothing read
+
+
+def test_a_reader_in_a_cycle_is_collected(middleware):
+    """What a Reader keeps may lead back to it (the app's own append, say): the collector frees them."""
+    import gc
+
+    class Notes(list):
+        pass
+
+    notes = Notes()
+    week = [(0.0, 1.0, "w")]
+    notes.reader = Reader(_PLAIN_JSON, middleware.max_body, middleware.user_header_key, _SCAN,
+                          middleware.funnel.usual_args(), None, None, (week, None, notes.append, ("@en",), "k", io.BytesIO))
+    gone = weakref.ref(notes)
+    del notes
+    gc.collect()
+    assert gone() is None
+
+
 def test_what_it_cannot_read_is_a_clear_error(middleware):
     with pytest.raises(TypeError):
         read_request({}, _PLAIN_JSON, 10, "HTTP_X_USER_ID", _SCAN)
@@ -632,13 +684,18 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
         noted = []
         middleware._topic_notes = (gate, lambda note: noted.append(note) or append(note))
         quick, by_keys = [], []
-        real = middleware_module._read_request
+        real, reader = middleware_module._read_request, middleware_module._Reader
+
+        def noting(got):  # whether the view answered the request, or its keys the message
+            by_keys.append("answered" if got is True or type(got) is tuple and len(got) == 5 else
+                           "keys" if type(got) is tuple and got[5] is not None and got[5][0] is None else None)
+            return got
+
         with monkeypatch.context() as reading:
-            if real is not None:  # whether the view answered the request, or its keys the message
-                reading.setattr(middleware_module, "_read_request", lambda *args: (lambda got: by_keys.append(
-                    "answered" if got is True or type(got) is tuple and len(got) == 5 else
-                    "keys" if type(got) is tuple and got[5] is not None and got[5][0] is None else None)
-                    or got)(real(*args)))
+            if real is not None:  # (the first request is read by read_request(), the others by a Reader)
+                reading.setattr(middleware_module, "_read_request", lambda *args: noting(real(*args)))
+                reading.setattr(middleware_module, "_Reader",
+                                lambda *args: (lambda kept: lambda environ: noting(kept(environ)))(reader(*args)))
             for question in questions:
                 views = dict(middleware._views)
                 middleware(environ_of(json.dumps({"message": question}).encode()), lambda *a: None)
