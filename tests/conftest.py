@@ -98,3 +98,30 @@ def wait_until(condition, timeout: float = 15.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def observe_reads(monkeypatch, middleware, note) -> bool:
+    """Have ``note(got)`` see what the one-call read gives each request from here on: that of
+    memo_mw._speedups.read_request, and that of the Reader the middleware keeps of its arguments
+    (made again: the first request after this makes it). False without the extension."""
+    from memo_mw import middleware as middleware_module
+
+    real, reader = middleware_module._read_request, middleware_module._Reader
+    if real is None:
+        return False
+
+    def seen(got):
+        note(got)
+        return got
+
+    monkeypatch.setattr(middleware_module, "_read_request", lambda *args: seen(real(*args)))
+    if reader is not None:
+        monkeypatch.setattr(middleware_module, "_Reader",
+                            lambda *args: (lambda kept: lambda environ: seen(kept(environ)))(reader(*args)))
+    middleware._reader = None
+    return True
+
+
+def answered(got) -> bool:
+    """Whether the one-call read answered the request (the user's view: nothing to recall or capture)."""
+    return got is True or type(got) is tuple and len(got) == 5

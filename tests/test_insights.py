@@ -21,7 +21,7 @@ from memo_mw.cli import main
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END, PROFILE
 from memo_mw.store import Store
 
-from .conftest import drain, wait_until
+from .conftest import answered, drain, observe_reads, wait_until
 
 WEEK = 7 * 86400
 #: Monday 2026-09-28 12:00 UTC: ISO week 2026-W40.
@@ -329,8 +329,6 @@ def test_recall_adds_the_profile_section_within_its_budget(tmp_path, replayed):
 def test_with_redis_the_profile_comes_with_every_request_the_view_answers(redis_url, replayed, monkeypatch):
     """A user with insights to show: the user's view is kept (Redis, the state listener) but never
     answers a request on its own, so each request that recalls no memory still carries the profile."""
-    from memo_mw import middleware as middleware_module
-
     db = replayed
     jobs.insights(db, T0 + 4 * WEEK)
     app = chat_app()
@@ -340,14 +338,12 @@ def test_with_redis_the_profile_comes_with_every_request_the_view_answers(redis_
     assert wait_until(lambda: ask(client, "What time is it?")["profile"] and
                       middleware.queue.backend.state.listening and "alice" in middleware._views)
     kinds = []
-    real = middleware_module._read_request
-    monkeypatch.setattr(middleware_module, "_read_request", lambda *args: (
-        lambda got: kinds.append(len(got) if type(got) is tuple else None) or got)(real(*args)))
+    observe_reads(monkeypatch, middleware, lambda got: kinds.append("answered" if answered(got) else None))
     for _ in range(3):
         data = ask(client, "What time is it?")
         assert [p["topic"] for p in data["profile"]] == ["lang.rust", "music"]
         assert data["received"]["message"].startswith(BLOCK_BEGIN)
-    assert "alice" in middleware._views and 5 not in kinds  # kept, never answering by itself
+    assert "alice" in middleware._views and "answered" not in kinds  # kept, never answering by itself
     middleware.queue.close()
 
 

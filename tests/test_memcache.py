@@ -183,7 +183,9 @@ def test_a_request_reads_its_message_once_for_counts_and_recall(db, monkeypatch)
 
     from flask import Flask, jsonify, request
 
-    from memo_mw import MemoryMiddleware, middleware as middleware_module, text
+    from memo_mw import MemoryMiddleware, text
+
+    from .conftest import observe_reads
 
     app = Flask(__name__)
     app.post("/chat")(lambda: jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])]))
@@ -198,15 +200,8 @@ def test_a_request_reads_its_message_once_for_counts_and_recall(db, monkeypatch)
     counting.ascii_analysis = lambda folded, *args: read.append(folded) or inner.ascii_analysis(folded, *args)
     counting.Lexicon = inner.Lexicon
     monkeypatch.setattr(text, "_speedups", counting)
-    if middleware_module._read_request is not None:  # the usual request is read, and analysed, in one call
-
-        def read_request(*args, real=middleware_module._read_request):
-            got = real(*args)
-            if type(got) is tuple:
-                read.append(got[2].lower())
-            return got
-
-        monkeypatch.setattr(middleware_module, "_read_request", read_request)
+    # The usual request is read, and analysed, in one call.
+    observe_reads(monkeypatch, middleware, lambda got: type(got) is tuple and read.append(got[2].lower()))
     for question in ("any green tea tips?", "which tea goes with green tea?"):
         memories = client.post("/chat", json={"message": question}, headers={"X-User-Id": "alice"}).json["memories"]
         assert memories == ["likes green tea"]

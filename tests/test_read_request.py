@@ -658,7 +658,7 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
     from memo_mw.pipeline import remember_payload
     from memo_mw.store import Store
 
-    from .conftest import wait_until
+    from .conftest import answered, observe_reads, wait_until
 
     questions = ["what is the weather like in town 12 today?", "any tea tips?", "which tea goes with cake?",
                  "tell me about jazz", "what should I cook tonight?", "do you know any good hiking trails?",
@@ -684,18 +684,10 @@ def test_with_redis_the_users_view_answers_as_python_does(tmp_path, redis_url, m
         noted = []
         middleware._topic_notes = (gate, lambda note: noted.append(note) or append(note))
         quick, by_keys = [], []
-        real, reader = middleware_module._read_request, middleware_module._Reader
-
-        def noting(got):  # whether the view answered the request, or its keys the message
-            by_keys.append("answered" if got is True or type(got) is tuple and len(got) == 5 else
-                           "keys" if type(got) is tuple and got[5] is not None and got[5][0] is None else None)
-            return got
-
-        with monkeypatch.context() as reading:
-            if real is not None:  # (the first request is read by read_request(), the others by a Reader)
-                reading.setattr(middleware_module, "_read_request", lambda *args: noting(real(*args)))
-                reading.setattr(middleware_module, "_Reader",
-                                lambda *args: (lambda kept: lambda environ: noting(kept(environ)))(reader(*args)))
+        with monkeypatch.context() as reading:  # whether the view answered the request, or its keys the message
+            observe_reads(reading, middleware, lambda got: by_keys.append(
+                "answered" if answered(got) else
+                "keys" if type(got) is tuple and got[5] is not None and got[5][0] is None else None))
             for question in questions:
                 views = dict(middleware._views)
                 middleware(environ_of(json.dumps({"message": question}).encode()), lambda *a: None)

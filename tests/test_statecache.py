@@ -9,11 +9,10 @@ import os
 import pytest
 import redis
 
-from memo_mw import middleware as middleware_module
 from memo_mw.statecache import CachedUserState
 from memo_mw.userstate import RedisUserState
 
-from .conftest import wait_until
+from .conftest import answered, observe_reads, wait_until
 
 
 def payload(job_key, content="likes tea"):
@@ -294,16 +293,14 @@ def test_a_capture_waiting_in_the_outbox_is_recalled_though_the_view_held(redis_
 
     assert wait_until(lambda: ask("any tea tips?") == [] and middleware.queue.backend.state.listening
                       and "alice" in middleware._views)
-    answered = []
-    real = middleware_module._read_request
-    monkeypatch.setattr(middleware_module, "_read_request", lambda *args: (
-        lambda got: answered.append(type(got) is tuple and len(got) == 5) or got)(real(*args)))
-    assert ask("any tea tips?") == [] and answered == [real is not None]  # the view answered
+    seen = []
+    built = observe_reads(monkeypatch, middleware, lambda got: seen.append(answered(got)))
+    assert ask("any tea tips?") == [] and seen == [built]  # the view answered
     stamp = middleware.recaller.changes.stamp("alice")
     middleware.queue.breaker.failure()  # Redis skipped: the capture waits in the outbox
     ask("I like green tea")
     assert middleware.queue.spooled and middleware.recaller.changes.stamp("alice") == stamp
-    answered.clear()
-    assert ask("any tea tips?") == ["likes green tea"] and answered == [False]
+    seen.clear()
+    assert ask("any tea tips?") == ["likes green tea"] and seen == [False]
     middleware.queue.breaker.success()
     middleware.queue.close()
