@@ -1348,7 +1348,8 @@ static int step_failed(void) {
 
 /* The rest of the request the user's view answers, as MemoryMiddleware.__call__() and its
  * _count_topics() make it: the funnel's stage under capture_key, the message's counts appended to
- * the state's notes as (user, week, en_only) while gate is None or gate.closed, and the body back in
+ * the state's notes as (user, week, en_only) while gate is None or gate.closed (gate a one-item list: its
+ * item, a bool, closed; as memo_mw.breaker.CircuitBreaker.closed_cell), and the body back in
  * environ["wsgi.input"] as input_type(raw). tally is (week, gate, append, en_only, capture_key,
  * input_type): week the middleware's cell of (the UTC day's first second, the next day's, that day's
  * ISO week) by time.time()'s clock, en_only the counts of a message with no topic in English. 1 when
@@ -1374,7 +1375,10 @@ static int answer_request(PyObject *environ, PyObject *raw, PyObject *user, PyOb
     Py_INCREF(week);  /* held: the gate and the calls below may run code that changes the cell */
     PyObject *input = NULL, *note = NULL, *appended = NULL;
     int counting = 1, done = 0;
-    if (gate != Py_None) {
+    PyObject *cell = gate != Py_None ? cell_item(gate) : NULL;  /* (a breaker's closed_cell) */
+    if (cell == Py_True || cell == Py_False) {
+        counting = cell == Py_True;
+    } else if (gate != Py_None) {
         PyObject *closed = PyObject_GetAttr(gate, s_closed);
         counting = closed == NULL ? -1 : PyObject_IsTrue(closed);
         Py_XDECREF(closed);

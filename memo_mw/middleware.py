@@ -254,8 +254,10 @@ class MemoryMiddleware:
             return self._read_body(environ)
         # With the clocks read_request() knows (time.monotonic for the rules' look, time.time for the
         # week the counts go to), it tells on its own when it may go on without Python.
-        tally = (self._week, *self._topic_notes, _EN_ONLY, ENVIRON_CAPTURE, io.BytesIO) \
-            if self._topic_notes is not None and self.clock is time.time else None
+        tally = None
+        if self._topic_notes is not None and self.clock is time.time:
+            gate, append = self._topic_notes  # (a breaker by its cell: no attribute lookup a request)
+            tally = (self._week, getattr(gate, "closed_cell", gate), append, _EN_ONLY, ENVIRON_CAPTURE, io.BytesIO)
         args = (_PLAIN_JSON, self.max_body, self.user_header_key if self.get_user is None else None, _SCAN,
                 funnel._usual if funnel._usual is not None else funnel.usual_args(), self._view_keys, self._quick,
                 tally)

@@ -469,6 +469,11 @@ def test_with_a_tally_the_answered_request_is_done_in_the_call(middleware):
     got, environ, noted, body = answer()
     assert got is True and environ["wsgi.input"].read() == body and noted == []
     gate.closed = True
+    for cell, counted in [([True], 1), ([False], 0)]:  # a breaker's closed_cell: read without a lookup
+        noted = []
+        got = answer(tally=([(now - 60.0, now + 3600.0, "w")], cell, noted.append, ("@en",), "memo.capture",
+                            io.BytesIO))[0]
+        assert got is True and len(noted) == counted, cell
 
     def fails(note):
         raise ValueError("full")
