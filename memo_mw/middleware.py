@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import threading
 import json
 import logging
 import time
@@ -125,6 +126,10 @@ class MemoryMiddleware:
         backend: Backend | None = None,
         clock: Callable[[], float] = time.time,
     ):
+        # The one-call read's kept Reader and arguments (see _read), made and dropped under this lock.
+        object.__setattr__(self, "_reader_lock", threading.Lock())
+        object.__setattr__(self, "_reader_args", None)
+        object.__setattr__(self, "_unreadable", None)
         self.app = app
         from .reload import make_funnel
 
@@ -234,10 +239,16 @@ class MemoryMiddleware:
         return self.app(environ, start_response)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # The one-call read's arguments are made from the attributes: whatever is set, they are made again.
+        # The one-call read's arguments are made from the attributes: whatever is set, they are made
+        # again (under the lock _read() makes them in: no Reader of the old values is kept after this).
         object.__setattr__(self, name, value)
         if name != "_reader":
-            object.__setattr__(self, "_reader", None)
+            lock = self.__dict__.get("_reader_lock")
+            if lock is None:
+                object.__setattr__(self, "_reader", None)
+            else:
+                with lock:
+                    object.__setattr__(self, "_reader", None)
 
     # -- the request path ------------------------------------------------------------
 
@@ -249,29 +260,44 @@ class MemoryMiddleware:
         if self._reloading:  # ReloadingFunnel.check()'s common case inline (process() makes it too)
             if not 0 <= funnel.clock() - funnel._watch[0] < funnel.interval:
                 funnel.check()
-            funnel = funnel._funnel
         if _read_request is None:
             return self._read_body(environ)
-        # With the clocks read_request() knows (time.monotonic for the rules' look, time.time for the
-        # week the counts go to), it tells on its own when it may go on without Python.
+        with self._reader_lock:  # (the rules and the attributes read, and the Reader kept, at once)
+            rules = funnel._funnel if self._reloading else funnel
+            usual = rules._usual if rules._usual is not None else rules.usual_args()
+            args = self._reader_args
+            if self._reader is None or args is None or args[4] is not usual:
+                args = self._read_args(usual)
+                object.__setattr__(self, "_reader_args", args)
+                self._keep_reader(args, funnel)
+        got = _read_request(environ, *args)
+        return self._read_body(environ) if got is False else got
+
+    def _read_args(self, usual: Any) -> tuple:
+        """read_request()'s arguments after the environ, for these rules' usual_args()."""
+        # With the clock read_request() knows (time.time's, for the week the counts go to), it
+        # finishes the request the user's view answers on its own.
         tally = None
         if self._topic_notes is not None and self.clock is time.time:
             gate, append = self._topic_notes  # (a breaker by its cell: no attribute lookup a request)
             tally = (self._week, getattr(gate, "closed_cell", gate), append, _EN_ONLY, ENVIRON_CAPTURE, io.BytesIO)
-        args = (_PLAIN_JSON, self.max_body, self.user_header_key if self.get_user is None else None, _SCAN,
-                funnel._usual if funnel._usual is not None else funnel.usual_args(), self._view_keys, self._quick,
-                tally)
-        # Kept (a Reader: the arguments checked once) where it may read the next requests on its own:
-        # rules that are never reloaded, or whose look it tells is due by the clock it knows.
-        fresh = None if not self._reloading else (self.funnel._watch, float(self.funnel.interval)) \
-            if self.funnel.clock is time.monotonic else False
-        if fresh is not False and _Reader is not None:
-            try:
-                self._reader = _Reader(*args, fresh)
-            except ValueError:  # rules it cannot read: read_request() gives their requests' bodies to Python
-                log.warning("memo-mw: the one-call read cannot read these rules; requests read in Python")
-        got = _read_request(environ, *args)
-        return self._read_body(environ) if got is False else got
+        return (_PLAIN_JSON, self.max_body, self.user_header_key if self.get_user is None else None, _SCAN, usual,
+                self._view_keys, self._quick, tally)
+
+    def _keep_reader(self, args: tuple, funnel: Any) -> None:
+        """Keep a Reader of args (the arguments checked once) where it may read the next requests on
+        its own: rules that are never reloaded, or whose look it tells is due by the clock it knows
+        (time.monotonic's); else none, and each request goes through _read()."""
+        fresh = None if not self._reloading else (funnel._watch, float(funnel.interval)) \
+            if funnel.clock is time.monotonic else False
+        if fresh is False or _Reader is None or args[4] is self._unreadable:
+            return
+        try:
+            object.__setattr__(self, "_reader", _Reader(*args, fresh))
+        except Exception:  # rules it cannot read: read_request() gives their requests' bodies to Python
+            object.__setattr__(self, "_unreadable", args[4])
+            log.warning("memo-mw: the one-call read cannot read these rules; their requests are read in Python",
+                        exc_info=True)
 
     def _body_length(self, environ: dict) -> int | None:
         """The body's length when the body is ours to read (JSON, a plain known length, under the cap)."""

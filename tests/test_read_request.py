@@ -590,6 +590,42 @@ def test_a_reader_in_a_cycle_is_collected(middleware):
     assert gone() is None
 
 
+def test_rules_a_reader_cannot_read_are_read_in_python_with_one_warning(tmp_path, caplog):
+    """Rules whose parts the one-call read cannot take (here a quiet spec's limit past a C integer)
+    make no Reader: one warning, and their requests are read in Python, captures and all."""
+    seen = []
+    middleware = MemoryMiddleware(lambda environ, start_response: seen.append(environ.get("memo.capture")) or [],
+                                  db=str(tmp_path / "m.db"), rules_reload_interval=0)
+    usual = middleware.funnel.usual_args()
+    spec = usual[3]
+    middleware.funnel._usual = (*usual[:3], (spec[0], 2 ** 70, *spec[2:]), *usual[4:])
+    with caplog.at_level("WARNING", logger="memo_mw.middleware"):
+        for message in ["I like green tea", "what is the weather like today?", "I like jazz"]:
+            middleware(environ_of(json.dumps({"message": message}).encode()), lambda *a: None)
+    assert seen == ["captured", "no_trigger", "captured"] and middleware._reader is None
+    assert [r.message for r in caplog.records].count(
+        "memo-mw: the one-call read cannot read these rules; their requests are read in Python") == 1
+    middleware.queue.close()
+
+
+def test_requests_the_reader_leaves_to_python_do_not_make_it_again(tmp_path, monkeypatch):
+    """A request the kept Reader leaves to Python (an unusual content type, say) is read there with
+    the kept arguments: the Reader is made once."""
+    made = []
+    middleware = MemoryMiddleware(lambda environ, start_response: [], db=str(tmp_path / "m.db"),
+                                  rules_reload_interval=0)
+    monkeypatch.setattr(middleware_module, "_Reader", lambda *args: made.append(1) or Reader(*args))
+    body = b'{"message": "what is the weather like today?"}'
+    for content_type in ["application/json", "application/vnd.api+json", "application/json; charset=utf-8; x=1",
+                         "application/vnd.api+json"]:
+        environ = environ_of(body)
+        environ["CONTENT_TYPE"] = content_type
+        middleware(environ, lambda *a: None)
+        assert environ["memo.capture"] == "no_trigger", content_type
+    assert made == [1]
+    middleware.queue.close()
+
+
 def test_what_it_cannot_read_is_a_clear_error(middleware):
     with pytest.raises(TypeError):
         read_request({}, _PLAIN_JSON, 10, "HTTP_X_USER_ID", _SCAN)

@@ -138,6 +138,55 @@ def test_with_the_real_clock_requests_skip_the_look_until_it_is_due(rules_file, 
         middleware.queue.close()
 
 
+def test_a_reader_of_the_old_rules_made_during_a_reload_is_not_kept_over_the_new_one(rules_file, tmp_path,
+                                                                                      monkeypatch):
+    """A request that read the old rules and makes its Reader while the reload swaps the new ones in
+    and another request looks and makes one of them: the Reader kept is the new rules' (the two are
+    made one after the other), and the next request uses the new rules."""
+    import threading
+
+    from werkzeug.test import Client as TestClient
+
+    from memo_mw import middleware as middleware_module
+    from memo_mw.reload import files_signature
+
+    if middleware_module._Reader is None:
+        pytest.skip("the compiled extension is not built")
+    middleware = MemoryMiddleware(chat_app, rules=str(rules_file), db=str(tmp_path / "memo.db"),
+                                  rules_reload_interval=60.0)
+    client = Client(middleware)
+    assert say(client, "I adore tea") == "no_trigger"
+    looked, other = threading.Event(), {}
+    check = middleware.funnel.check
+
+    def checking():
+        check()
+        looked.set()  # the other request has looked at the files (and now waits to make its Reader)
+
+    real = middleware_module._Reader
+
+    def making(*args):  # the first request's Reader, of the old rules, made while...
+        if not other:
+            edit(rules_file, ADORE)
+            middleware.funnel._reload(files_signature(middleware.funnel.paths))  # ... the reload swaps them
+            other["thread"] = threading.Thread(target=lambda: other.setdefault(
+                "stage", say(TestClient(middleware), "I adore tea")))
+            other["thread"].start()  # ... and another request looks at the files and waits for the lock
+            assert looked.wait(timeout=30)
+        return real(*args)
+
+    monkeypatch.setattr(middleware.funnel, "check", checking)
+    monkeypatch.setattr(middleware_module, "_Reader", making)
+    middleware._reader = None
+    try:
+        assert say(client, "I adore tea") == "no_trigger"  # read on the old rules
+        other["thread"].join(timeout=30)
+        assert other["stage"] == "captured" and middleware.funnel.reloads == 1
+        assert say(client, "I adore tea") == "captured"  # the Reader kept is the new rules'
+    finally:
+        middleware.queue.close()
+
+
 def test_a_broken_edit_keeps_the_last_good_rules_and_is_logged_once(served, rules_file, caplog):
     middleware, clock, client = served
     caplog.set_level(logging.INFO, logger="memo_mw.reload")
