@@ -1286,6 +1286,18 @@ static inline PyObject *cell_item(PyObject *cell) {
     return PyList_CheckExact(cell) && PyList_GET_SIZE(cell) == 1 ? PyList_GET_ITEM(cell, 0) : NULL;
 }
 
+#ifndef _WIN32
+/* The clock's time in seconds, as time.monotonic() (CLOCK_MONOTONIC) or time.time() (CLOCK_REALTIME)
+ * gives it, into *seconds: 0, or -1 (no error set) where the clock cannot be read. */
+static int clock_seconds(clockid_t clock, double *seconds) {
+    struct timespec now;
+    if (clock_gettime(clock, &now) != 0)
+        return -1;
+    *seconds = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+    return 0;
+}
+#endif
+
 /* Whether the user's view still answers a message that shares nothing with its keys: "nothing to
  * recall" (1), or not (0: the middleware looks); -1 on error. entry is the user's value in views,
  * (keys_ref, answers, epoch, generation, until), as MemoryMiddleware._read_user() keeps it: answers
@@ -1304,9 +1316,8 @@ static int view_answers(PyObject *entry, PyObject *quick, PyObject *user) {
         !PyFloat_CheckExact(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_CheckExact(quick) || PyTuple_GET_SIZE(quick) != 3 ||
         !PyDict_Check(PyTuple_GET_ITEM(quick, 1)))
         return 0;
-    struct timespec now;  /* time.monotonic()'s clock */
-    if (clock_gettime(CLOCK_MONOTONIC, &now) != 0 ||
-        !((double)now.tv_sec + (double)now.tv_nsec * 1e-9 < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(entry, 4))))
+    double now;
+    if (clock_seconds(CLOCK_MONOTONIC, &now) < 0 || !(now < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(entry, 4))))
         return 0;
     PyObject *trusted = cell_item(PyTuple_GET_ITEM(quick, 0));
     if (trusted == NULL)
@@ -1364,12 +1375,11 @@ static int answer_request(PyObject *environ, PyObject *raw, PyObject *user, PyOb
     if (topics != Py_None && !(PyAnySet_Check(topics) && PySet_GET_SIZE(topics) == 0))
         return 0;  /* (count_keys() names the topics: Python) */
     PyObject *week = cell_item(PyTuple_GET_ITEM(tally, 0)), *gate = PyTuple_GET_ITEM(tally, 1);
-    struct timespec now;
+    double t;
     if (week == NULL || !PyTuple_CheckExact(week) || PyTuple_GET_SIZE(week) != 3 ||
         !PyFloat_CheckExact(PyTuple_GET_ITEM(week, 0)) || !PyFloat_CheckExact(PyTuple_GET_ITEM(week, 1)) ||
-        clock_gettime(CLOCK_REALTIME, &now) != 0)
+        clock_seconds(CLOCK_REALTIME, &t) < 0)
         return 0;
-    double t = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
     if (!(PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(week, 0)) <= t && t < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(week, 1))))
         return 0;  /* another day: Python reads its week */
     Py_INCREF(week);  /* held: the gate and the calls below may run code that changes the cell */
@@ -1416,12 +1426,12 @@ static int still_fresh(PyObject *fresh) {
     return 0;
 #else
     PyObject *then;
-    struct timespec now;
+    double now;
     if (!PyFloat_CheckExact(PyTuple_GET_ITEM(fresh, 1)) ||
         (then = cell_item(PyTuple_GET_ITEM(fresh, 0))) == NULL || !PyFloat_CheckExact(then) ||
-        clock_gettime(CLOCK_MONOTONIC, &now) != 0)
+        clock_seconds(CLOCK_MONOTONIC, &now) < 0)
         return 0;
-    double since = (double)now.tv_sec + (double)now.tv_nsec * 1e-9 - PyFloat_AS_DOUBLE(then);
+    double since = now - PyFloat_AS_DOUBLE(then);
     return 0 <= since && since < PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(fresh, 1));
 #endif
 }
@@ -1443,8 +1453,8 @@ typedef struct {
 static const char READ_ARGS[] = "content_types, max_body, user_key, scan, usual[, views[, quick[, tally[, fresh]]]]";
 
 /* read_request()'s arguments after environ, args[0:nargs], into *ra: 0, or -1 with a TypeError
- * for arguments of the wrong kind (and, strict, a ValueError for a usual whose parts cannot be
- * read). */
+ * for arguments of the wrong kind (and, strict, the error of a usual whose parts cannot be read: a
+ * ValueError, or an OverflowError for a spec's int past a Py_ssize_t). */
 static int read_args(PyObject *const *args, Py_ssize_t nargs, request_args *ra, int strict) {
     if (nargs < 5 || nargs > 9) {
         PyErr_Format(PyExc_TypeError, "read_request(environ, %s)", READ_ARGS);

@@ -34,9 +34,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import threading
 import json
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -257,9 +257,8 @@ class MemoryMiddleware:
         rules' files were looked at if a look is due; the arguments of the one-call read made again
         and kept when the next requests may use them without a look (see __call__)."""
         funnel = self.funnel
-        if self._reloading:  # ReloadingFunnel.check()'s common case inline (process() makes it too)
-            if not 0 <= funnel.clock() - funnel._watch[0] < funnel.interval:
-                funnel.check()
+        if self._reloading:
+            funnel.check()  # (a look only where one is due)
         if _read_request is None:
             return self._read_body(environ)
         with self._reader_lock:  # (the rules and the attributes read, and the Reader kept, at once)
@@ -288,9 +287,13 @@ class MemoryMiddleware:
         """Keep a Reader of args (the arguments checked once) where it may read the next requests on
         its own: rules that are never reloaded, or whose look it tells is due by the clock it knows
         (time.monotonic's); else none, and each request goes through _read()."""
-        fresh = None if not self._reloading else (funnel._watch, float(funnel.interval)) \
-            if funnel.clock is time.monotonic else False
-        if fresh is False or _Reader is None or args[4] is self._unreadable:
+        if not self._reloading:
+            fresh = None
+        elif funnel.clock is time.monotonic:
+            fresh = (funnel._watch, float(funnel.interval))
+        else:
+            return
+        if _Reader is None or args[4] is self._unreadable:
             return
         try:
             object.__setattr__(self, "_reader", _Reader(*args, fresh))

@@ -161,7 +161,8 @@ def test_a_reader_of_the_old_rules_made_during_a_reload_is_not_kept_over_the_new
 
     def checking():
         check()
-        looked.set()  # the other request has looked at the files (and now waits to make its Reader)
+        if threading.current_thread() is other.get("thread"):
+            looked.set()  # the other request has looked at the files (and now waits to make its Reader)
 
     real = middleware_module._Reader
 
