@@ -199,14 +199,17 @@ class RedisUserState:
     def _add_up_notes(self) -> None:
         """Move the notes into the per-user counts (under ``_noted_lock``)."""
         notes, noted = self._notes, self._noted
-        while notes:
-            try:
-                user_id, week, names = notes.popleft()
-            except IndexError:  # another thread took the last one
-                break
+        # The notes there now (the request path only appends; whoever takes holds the lock), counted
+        # alike together first: most are the same few, a user's "no topic, in English" this week.
+        taken = [notes.popleft() for _ in range(len(notes))]
+        try:
+            alike = collections.Counter(taken)
+        except TypeError:  # names given as a list
+            alike = collections.Counter((user_id, week, tuple(names)) for user_id, week, names in taken)
+        for (user_id, week, names), times in alike.items():
             counts = noted.setdefault(user_id, {})
             for name in names:
-                counts[(week, name)] = counts.get((week, name), 0) + 1
+                counts[(week, name)] = counts.get((week, name), 0) + times
 
     def flush_noted(self) -> None:
         """Send every noted topic count now, in one round trip (the web process's sender does)."""

@@ -250,6 +250,28 @@ def test_each_request_counts_in_the_iso_week_of_its_own_time(db):
     middleware.queue.close()
 
 
+def test_the_noted_counts_add_up_alike_notes_together(redis_url):
+    """What the request path appends (the same tuple of names for most messages, or a list) adds
+    up per user, week and name, and goes out in one send."""
+    from memo_mw.userstate import RedisUserState
+
+    connection = redis.Redis.from_url(redis_url)
+    state = RedisUserState(connection, "ns")
+    _, append = state.topic_notes()
+    en_only = ("@en",)
+    for i in range(50):
+        append(("alice", "2026-W40", en_only))
+        append(("bob" if i % 2 else "alice", "2026-W41", ["lang.rust", "@en"]))
+    state.note_topics("db", "alice", "2026-W40", ("lang.rust",))
+    state.flush_noted()
+    alice, bob = (connection.hgetall(counters.redis_key("ns", user)) for user in ("alice", "bob"))
+    assert alice == {b"2026-W40|@en": b"50", b"2026-W41|lang.rust": b"25", b"2026-W41|@en": b"25",
+                     b"2026-W40|lang.rust": b"1"}
+    assert bob == {b"2026-W41|lang.rust": b"25", b"2026-W41|@en": b"25"}
+    state.flush_noted()  # nothing left to send
+    assert connection.hgetall(counters.redis_key("ns", "bob")) == bob
+
+
 def test_counting_adds_no_redis_round_trip(redis_url, db):
     """Counting makes no Redis call on the request: the same calls (none, once the user's state is
     known) as a request with no topic at all."""
