@@ -1,6 +1,6 @@
 """The performance suite (``make bench``): every figure a ratio to a baseline measured in the same run.
 
-    .venv/bin/python bench/perf.py [--quick] [--only NAME ...] [--rounds N] [--json PATH]
+    .venv/bin/python bench/perf.py [--quick] [--only NAME ...] [--rounds N] [--control] [--json PATH]
 
 1. ``wsgi``: a non-trigger message (a new one each time) for a user with 100 memories,
    in-process WSGI calls: the Flask app wrapped by the middleware (private Redis) vs the bare app.
@@ -10,7 +10,10 @@
    ``--rounds N``) of a 3-second run of each in turn, the order swapped every round and both
    servers started again every 6 rounds (ROUNDS_PER_PAIR); each round's ratio of requests per
    second, p50 latency and the gunicorn worker's CPU time per request (from /proc), and their
-   median over the rounds, with the middle half of them. Target <= 1.05x.
+   median over the rounds, with the middle half of them. Target <= 1.05x. With ``--control``, a
+   third server in the same rounds, the bare app behind a wrapper that only reads the body and
+   puts it back (bench/app.py): its ratio to the bare app is what the figure resolves, and what
+   any middleware that reads the body costs.
 3. ``captured``: a message the rules capture (a new statement each time, from 200 users in
    turn), with a `memo-mw worker` storing them meanwhile as deployed: what handing it to the
    queue costs the request (with write-behind, the row in the local outbox that the outbox
@@ -256,12 +259,13 @@ def _worker_pid(master: int) -> int | None:
 ROUNDS_PER_PAIR = 6
 
 
-def bench_http(server, folder, seconds, rounds):
+def bench_http(server, folder, seconds, rounds, control=False):
     """Both apps served at once (only one loaded at a time), in short runs of wrk taking turns, the
     order swapped every round: the machine's speed, which drifts by a fifth within minutes here,
     hits the two runs of a round alike; both servers started again every ROUNDS_PER_PAIR rounds.
     Each round gives a ratio; the figure is their median, with the middle half of them as its
-    spread."""
+    spread. With control, a third server (bench/app.py's body-reading wrapper) takes its turn in
+    each round too (the order rotated every round), its ratios reported beside."""
     if not shutil.which("wrk"):
         print("http      skipped: wrk is not installed (apt-get install wrk)")
         return
@@ -269,18 +273,23 @@ def bench_http(server, folder, seconds, rounds):
     Path(script).write_text(WRK_SCRIPT)
     db = f"{folder}/http.db"
     seed_memories(MemoryMiddleware(chat_app().wsgi_app, db=db))
-    runs = {"bare": [], "memo": []}
+    envs = {"bare": {"MEMO_DB": ""}, "memo": {"MEMO_DB": db, "MEMO_REDIS_URL": server.url}}
+    if control:
+        envs["control"] = {"MEMO_DB": "", "MEMO_CONTROL": "read"}
+    names = list(envs)
+    runs = {name: [] for name in names}
     for first in range(0, rounds, ROUNDS_PER_PAIR):
         servers = {}
         try:
-            for name, env in (("bare", {"MEMO_DB": ""}), ("memo", {"MEMO_DB": db, "MEMO_REDIS_URL": server.url})):
+            for name, env in envs.items():
                 port = free_port()
                 process = gunicorn(env, port)
                 servers[name] = (process, port, _worker_pid(process.pid))
             for _, port, _ in servers.values():
                 wrk(port, 2, script)  # warm
             for round_ in range(first, min(rounds, first + ROUNDS_PER_PAIR)):
-                for name in (("bare", "memo") if round_ % 2 == 0 else ("memo", "bare")):
+                turn = round_ % len(names)
+                for name in names[turn:] + names[:turn]:  # (two: the order swapped every round)
                     _, port, pid = servers[name]
                     runs[name].append(wrk(port, seconds, script, pid))
         finally:
@@ -288,8 +297,8 @@ def bench_http(server, folder, seconds, rounds):
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait()
 
-    def ratios(index, invert=False):
-        pairs = [(memo[index] / bare[index]) ** (-1 if invert else 1) for bare, memo in zip(runs["bare"], runs["memo"])]
+    def ratios(index, invert=False, of="memo", against="bare"):
+        pairs = [(memo[index] / bare[index]) ** (-1 if invert else 1) for bare, memo in zip(runs[against], runs[of])]
         quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
         return statistics.median(pairs), quartiles[0], quartiles[2]
 
@@ -302,6 +311,12 @@ def bench_http(server, folder, seconds, rounds):
            ratio_cpu=f"{cpu[0]:.3f}x", cpu_middle_half=f"{cpu[1]:.3f}-{cpu[2]:.3f}x",
            throughput_middle_half=f"{throughput[1]:.3f}-{throughput[2]:.3f}x", rounds=rounds, non_2xx=errors,
            target="<= 1.05x")
+    if control:
+        body_read = ratios(3, of="control")
+        report("http_control", what="a wrapper that only reads the body and puts it back, against the bare app",
+               cpu_per_request=f"{median['bare'][3] * 1e6:.0f} / {median['control'][3] * 1e6:.0f} us",
+               ratio_cpu=f"{body_read[0]:.3f}x", cpu_middle_half=f"{body_read[1]:.3f}-{body_read[2]:.3f}x",
+               memo_over_control=f"{ratios(3, against='control')[0]:.3f}x")
 
 
 # -- 3. a captured message ------------------------------------------------------------
@@ -460,6 +475,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller runs (about a minute)")
     parser.add_argument("--only", nargs="*", choices=["wsgi", "http", "captured", "worker", "recall", "rss"])
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--control", action="store_true", help="the HTTP figure also for a wrapper that only "
+                        "reads the body and puts it back, a third server in the same rounds")
     parser.add_argument("--rounds", type=int, help="rounds of the HTTP figure (default 24, 6 with --quick): "
                         "more for a tighter median, about 6 s a round")
     args = parser.parse_args()
@@ -473,7 +490,7 @@ def main() -> int:
     try:
         for name, run in (("wsgi", lambda: bench_wsgi(server, folder, n)),
                           ("http", lambda: bench_http(server, folder, 2 if args.quick else 3,
-                                                      args.rounds or (6 if args.quick else 24))),
+                                                      args.rounds or (6 if args.quick else 24), args.control)),
                           ("captured", lambda: bench_captured(server, folder, n)),
                           ("worker", lambda: bench_worker(server, folder, 500 if args.quick else 2000)),
                           ("recall", lambda: bench_recall(200_000 if args.quick else 1_000_000)),
