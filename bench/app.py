@@ -6,9 +6,8 @@ answers with the message's length."""
 
 from __future__ import annotations
 
-import os
-
 import io
+import os
 
 from flask import Flask, jsonify, request
 
