@@ -235,15 +235,19 @@ class MemoryMiddleware:
                             environ["CONTENT_LENGTH"] = str(len(new_raw))
             except Exception:  # the steps handle their own failures; this is the last net
                 log.exception("memo-mw: memory step failed; request passed through")
-        # The app's own response iterable, as is: the server calls its close().
-        return self.app(environ, start_response)
+        # The app's own response iterable, as is: the server calls its close(). (An attribute read,
+        # then a call: the interpreter specializes the read, not a method load of an attribute.)
+        app = self.app
+        return app(environ, start_response)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # The one-call read's arguments are made from the attributes: whatever is set, they are made
         # again (under the lock _read() makes them in: no Reader of the old values is kept after this).
+        # (getattr, not self.__dict__: an instance whose __dict__ was asked for has its attribute
+        # reads no longer specialized by the interpreter, each going through the type's lookup.)
         object.__setattr__(self, name, value)
         if name != "_reader":
-            lock = self.__dict__.get("_reader_lock")
+            lock = getattr(self, "_reader_lock", None)
             if lock is None:
                 object.__setattr__(self, "_reader", None)
             else:
