@@ -26,6 +26,7 @@ if os.environ.get("MEMO_DB"):
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=os.environ["MEMO_DB"],
                                     redis_url=os.environ.get("MEMO_REDIS_URL") or None)
 elif os.environ.get("MEMO_CONTROL") == "read":
+    from memo_mw.middleware import ENVIRON_MEMORIES
 
     class BodyRead:
         """Reads a chat request's body and puts it back in a BytesIO, as the middleware does, and
@@ -36,7 +37,7 @@ elif os.environ.get("MEMO_CONTROL") == "read":
 
         def __call__(self, environ, start_response):
             if environ.get("REQUEST_METHOD") == "POST" and environ.get("PATH_INFO") == "/chat":
-                environ["memo.memories"] = []
+                environ[ENVIRON_MEMORIES] = []
                 length = int(environ.get("CONTENT_LENGTH") or 0)
                 environ["wsgi.input"] = io.BytesIO(environ["wsgi.input"].read(length))
             return self.app(environ, start_response)

@@ -298,7 +298,7 @@ def bench_http(server, folder, seconds, rounds, control=False):
                 process.wait()
 
     def ratios(index, invert=False, of="memo", against="bare"):
-        pairs = [(memo[index] / bare[index]) ** (-1 if invert else 1) for bare, memo in zip(runs[against], runs[of])]
+        pairs = [(run[index] / base[index]) ** (-1 if invert else 1) for base, run in zip(runs[against], runs[of])]
         quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
         return statistics.median(pairs), quartiles[0], quartiles[2]
 
