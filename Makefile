@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: venv test demo worker redis-server browser bench clean
 
-$(STAMP): setup.cfg setup.py pyproject.toml memo_mw/_speedups.c
+$(STAMP): setup.cfg setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)

@@ -76,68 +76,6 @@ def count_keys(topics: Iterable[str], text: str) -> list[str]:
     return [*topics, *(f"{s}/{f}" for s in subjects for f in facets), language_of(text)]
 
 
-# -- Redis ---------------------------------------------------------------------------------
-
-
-def redis_key(namespace: str, user_id: str) -> str:
-    return f"memo:topics:{namespace}:{user_id}"
-
-
-def redis_increments(pipe: Any, namespace: str, user_id: str, noted: dict[tuple[str, str], int]) -> None:
-    """Queue ``HINCRBY`` for each ``(week, name): n`` on a pipeline, and refresh the hash's TTL."""
-    key = redis_key(namespace, user_id)
-    for (week, name), n in noted.items():
-        pipe.hincrby(key, f"{week}|{name}", n)
-    pipe.expire(key, defaults.TOPIC_COUNTS_TTL)
-
-
-def take_redis(connection: Any, namespace: str, user_id: str) -> dict[tuple[str, str], int]:
-    """The user's counts in Redis, removed in the same transaction (each is moved once)."""
-    key = redis_key(namespace, user_id)
-    with connection.pipeline() as pipe:  # MULTI/EXEC
-        pipe.hgetall(key)
-        pipe.delete(key)
-        counted, _ = pipe.execute()
-    out: dict[tuple[str, str], int] = {}
-    for field, n in counted.items():
-        week, _, name = field.decode("utf-8").partition("|")
-        out[(week, name)] = int(n)
-    return out
-
-
-def redis_users(connection: Any, namespace: str) -> list[str]:
-    """Users with counts waiting in Redis."""
-    prefix = redis_key(namespace, "")
-    pattern = regex.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
-    return sorted({k.decode("utf-8")[len(prefix):] for k in connection.scan_iter(match=pattern, count=1000)})
-
-
-def delete_redis(connection: Any, namespace: str, user_id: str) -> int:
-    """Forget the user's counts waiting in Redis."""
-    return int(connection.delete(redis_key(namespace, user_id)))
-
-
-def flush_redis(connection: Any, namespace: str, db: str, user_id: str | None = None) -> int:
-    """Move counts from Redis to SQLite (one user's, or every user's); the number of rows added to."""
-    from .store import Store
-
-    users = [user_id] if user_id is not None else redis_users(connection, namespace)
-    moved = 0
-    with Store(db) as store:
-        for user in users:
-            counts = take_redis(connection, namespace, user)
-            if not counts:
-                continue
-            try:
-                moved += add(store, user, counts)
-            except Exception:  # put them back for the next run rather than lose them
-                with connection.pipeline() as pipe:
-                    redis_increments(pipe, namespace, user, counts)
-                    pipe.execute()
-                raise
-    return moved
-
-
 # -- SQLite ----------------------------------------------------------------------------------
 
 

@@ -63,48 +63,25 @@ RECENCY_DECAY = 0.01
 #: The RQ queue the middleware enqueues to and ``memo-mw worker`` listens on.
 QUEUE_NAME = "memo"
 
-#: Import path of the jobs' serializer: JSON payloads (it also reads the plain values of the
-#: job ``rq cron`` enqueues; see memo_mw.queue.JobSerializer).
-SERIALIZER = "memo_mw.queue.JobSerializer"
-
 #: Seconds to wait for Redis on connect and on each command: a chat request must not
 #: hang on a sick Redis.
 REDIS_TIMEOUT = 0.5
 
 #: Seconds the web process skips Redis after a failed call (the circuit breaker's cooldown);
-#: then one request tries again. Jobs made meanwhile wait in the outbox file.
+#: then one request tries again. Jobs made meanwhile wait in the spool file.
 REDIS_COOLDOWN = 5.0
 
-#: Seconds a user's state (pending memories, forget requests) read from Redis is used from the
-#: web process's copy at most; changes drop the copy at once (memo_mw.statecache), this bounds
-#: anything else.
-STATE_CACHE_MAX_AGE = 30.0
+#: Seconds the web process adds up its messages' topic counts before it sends them as one job;
+#: a process that dies loses at most this much of them (they only nudge a weekly profile).
+COUNTS_SEND_INTERVAL = 10.0
 
-#: Seconds between sends of what requests only count (recall counts, topic counts): off the
-#: request path, in one round trip; a process that dies loses at most this much of them.
-COUNTS_SEND_INTERVAL = 1.0
-
-#: Seconds between the outbox thread's attempts to send waiting jobs to Redis.
-OUTBOX_DRAIN_INTERVAL = 1.0
-
-#: Captures and forget requests are written to the SQLite outbox (one local transaction, no
-#: fsync: it survives the process, as a job in Redis would) and sent to Redis at once by the
-#: outbox thread, off the request path: the request never waits on a Redis round trip. False:
-#: the request sends them itself (one round trip) and uses the outbox only while Redis is down.
-WRITE_BEHIND = True
-
-#: With write-behind, seconds between folding the outbox's WAL into its file after sends (a
-#: forget applied to the outbox always does it at once, so deleted text leaves no copy).
-OUTBOX_CHECKPOINT_INTERVAL = 5.0
+#: Seconds between the spool thread's attempts to send jobs waiting for Redis (memo_mw.spool).
+SPOOL_RETRY_INTERVAL = 1.0
 
 #: Seconds between a worker's maintenance rounds (rq's default is 600). A round finds the jobs
 #: of a worker that died mid-job (SIGKILL, OOM) once their heartbeat has expired (about 90 s)
 #: and retries them; the store's processed_jobs table makes a rerun of a finished job a no-op.
 WORKER_MAINTENANCE_INTERVAL = 60
-
-#: A remember job stores up to this many remember jobs waiting behind it in one SQLite
-#: transaction (memo_mw.jobs.remember); 1 turns batching off.
-WORKER_BATCH = 100
 
 #: Seconds a failed job (and the masked memory text in its arguments) stays in Redis for
 #: inspection. A forget request removes the user's failed jobs at once.
@@ -127,52 +104,13 @@ CONFIRM_DAYS = 7
 #: Seconds between maintenance runs scheduled by ``rq cron memo_mw.cron``.
 MAINTAIN_INTERVAL = 3600
 
+#: Recall scores at most this many of the memories that share a word with the message (the best
+#: full-text matches): far more than it shows, and a bound on the work for a user with thousands.
+RECALL_CANDIDATES = 200
+
 #: Seconds a captured memory counts as pending (recalled before its job has stored it).
 #: The job drops it once stored; this bounds what a lost job leaves behind.
 PENDING_TTL = 600
-
-#: Recall reads through the term index (memo_mw.index) only for a user with more active memories
-#: than this. Below it, loading and scoring every memory is as fast as the index's several small
-#: queries (see bench/recall.py), and it is the reference the index path must agree with.
-RECALL_INDEX_MIN_MEMORIES = 300
-
-#: Bytes (estimated) of memories the web process keeps for recall (memo_mw.memcache), over all
-#: users; the least recently used users go first. A user with up to RECALL_INDEX_MIN_MEMORIES is
-#: kept as dicts (about 3.4 KB of RSS a memory: the fastest for a few), a larger one compactly
-#: (about 1.5 KB, recalled through bounds). 16 MB: ~4,900 memories of small users, or one user
-#: with 10,000. A worker's RSS grows by up to this much with many users. 0 turns the cache off.
-RECALL_CACHE_BYTES = 16 * 2**20
-
-#: Seconds recall trusts a user's version it read while the user-state listener hears nothing
-#: about the user (a stored memory drops its pending entry, a deletion adds a forget marker: both
-#: publish the user id); a write that publishes nothing (maintenance expiring a task, a touch
-#: flush) is seen within this. 0: read it on every request.
-RECALL_VERSION_MAX_AGE = 1.0
-
-#: The most memories of one user the cache keeps; a larger user is read through the term index.
-RECALL_CACHE_USER_MEMORIES = 20_000
-
-#: Cached large user: how many of the memories sharing a token (and of those sharing a topic) are
-#: scored, those with the best possible score. The k-th pick must beat the best left out (checked);
-#: when it does not, eight times as many, then every memory that could score.
-RECALL_CACHE_CANDIDATES = 10
-
-#: Index path: how many of the memories sharing a term with the message are loaded and scored
-#: (those with the best possible score). Far more than k, so the k-th pick nearly always beats
-#: every memory left out, which recall checks; when it does not, every memory is loaded.
-RECALL_INDEX_CANDIDATES = 200
-
-#: Index path, for "what do you know about me": the most recent and the hottest memories loaded
-#: besides the matching ones (such a question shows memories with no word in common).
-RECALL_INDEX_RECENT = 50
-
-#: Seconds counted recalls wait in Redis for their flush job before they are dropped (a
-#: bound for a queue nobody works, not a delay: the job is queued with the first count).
-TOUCHES_TTL = 86400
-
-#: Seconds a user's topic counts wait in Redis (memo_mw.counters) for the weekly job that moves
-#: them to SQLite: five weeks, so a missed run loses nothing; refreshed on every count.
-TOPIC_COUNTS_TTL = 35 * 86400
 
 #: Insights (memo_mw.insights): at most this many lines per user. A profile is a few lines about
 #: what the user keeps coming back to, not a list of everything they mentioned.

@@ -29,15 +29,12 @@ user's dominant language (their messages' script, else their memories' language)
 from __future__ import annotations
 
 import collections
-import queue
-import sqlite3
 import time
 from typing import Any, Callable
 
 from . import counters, defaults
 from .recall import profile_line
 from .store import Store
-from .userstate import EMPTY, UserState
 
 #: Shown in a subject's brackets, never a line of their own.
 FACETS = counters.FACETS
@@ -202,7 +199,7 @@ def run(store: Store, user_id: str, *, now: float) -> list[dict[str, Any]]:
     start = window_start(now)
     with store.write():
         rows = [r for r in counters.rows(store, user_id) if r["week"] >= start]
-        memories = [m for m in store.memories(user_id)
+        memories = [m for m in store.list(user_id)
                     if counters.week_of(m.get("source_ts") or m.get("created_at") or 0) >= start]
         lines = [{**line, "created_at": int(now)} for line in build(rows, memories)]
         store.db.execute("delete from topic_counts where user_id = ? and week < ?", [user_id, start])
@@ -235,78 +232,6 @@ def read(store: Store, user_id: str) -> list[dict[str, Any]]:
     cursor = store.db.execute(
         f"select {', '.join(_COLUMNS)} from insights where user_id = ? order by rank", [user_id])
     return [dict(zip(_COLUMNS, row)) for row in cursor.fetchall()]
-
-
-def select(insights: list[dict[str, Any]], *, k: int = defaults.PROFILE_RECALL_K,
-           budget: int = defaults.PROFILE_RECALL_BUDGET_CHARS) -> list[dict[str, Any]]:
-    """The first ``k`` insights whose lines fit the character ``budget`` together (a line that
-    does not fit is skipped, as recall does with memories)."""
-    chosen, used = [], 0
-    for insight in insights:
-        if len(chosen) >= k:
-            break
-        cost = len(profile_line(insight))
-        if used + cost <= budget:
-            used += cost
-            chosen.append(insight)
-    return chosen
-
-
-#: What ``version_of`` returns for a user whose version this process has not read.
-UNKNOWN: Any = object()
-
-
-class ProfileReader:
-    """The request path's read of a user's insights, through pooled read-only connections."""
-
-    #: Users whose insights are kept (with the version they were read at); beyond it, start over.
-    KEPT_USERS = 10_000
-
-    def __init__(self, db: str, *, k: int = defaults.PROFILE_RECALL_K,
-                 budget: int = defaults.PROFILE_RECALL_BUDGET_CHARS,
-                 version_of: Callable[[str], int | None] | None = None):
-        """``version_of(user_id)``: the user's version in ``user_versions`` as this request read
-        it (recall reads it first; None: no row), or :data:`UNKNOWN`; insights change it too
-        (m008), so while it stays the same the insights read before are still the user's."""
-        self.db = db
-        self.k = k
-        self.budget = budget
-        self._pool: queue.SimpleQueue[Store] = queue.SimpleQueue()
-        self._version_of = version_of
-        self._kept: dict[str, tuple[int | None, list[dict[str, Any]]]] = {}
-
-    def profile(self, user_id: str, *, state: UserState = EMPTY) -> list[dict[str, Any]]:
-        """The insights for the block: none once the user asked to forget everything."""
-        if self.k <= 0 or state.forgets and any(f["tokens"] is None for f in state.forgets):
-            return []
-        version = self._version_of(user_id) if self._version_of is not None else UNKNOWN
-        kept = self._kept.get(user_id) if version is not UNKNOWN else None
-        if kept is not None and kept[0] == version:
-            return list(kept[1])  # the request's own list: an app may change what it is given
-        chosen = self._read(user_id)
-        if version is not UNKNOWN:
-            if len(self._kept) >= self.KEPT_USERS:
-                self._kept.clear()
-            self._kept[user_id] = (version, chosen)
-        return chosen
-
-    def _read(self, user_id: str) -> list[dict[str, Any]]:
-        try:
-            store = self._pool.get_nowait()
-        except queue.Empty:
-            store = Store(self.db, readonly=True)
-        try:
-            found = read(store, user_id)
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):  # a database from before insights: none
-                store.close()
-                raise
-            found = []
-        except BaseException:
-            store.close()
-            raise
-        self._pool.put(store)
-        return select(found, k=self.k, budget=self.budget)
 
 
 def now_or(now: float | None) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import defaults
-from .store import ACTIVE, PENDING_CONFIRM, SUPERSEDED, Store
+from .store import ACTIVE, PENDING_CONFIRM, Store
 
 
 def maintain(store: Store, *, now: int, confirm_days: float = defaults.CONFIRM_DAYS) -> dict[str, int]:
@@ -34,10 +34,10 @@ def maintain(store: Store, *, now: int, confirm_days: float = defaults.CONFIRM_D
     due = db.execute("select user_id, count(*) from memories where status = ? and remove_at <= ? group by user_id",
                      [PENDING_CONFIRM, now]).fetchall()
     for user_id, _ in due:
-        removed += store.delete_where(user_id, "status = ? and remove_at <= ?", [PENDING_CONFIRM, now],
-                                      ts=now, action="expired", reason="not confirmed after expiry")
-    # Index terms a migration left stale (Store.reindex_due), a bounded part each run.
-    return {"expired": expired, "removed": removed, "resolved": resolved, "reindexed": store.reindex_due()}
+        ids = [m["id"] for m in store.rows("where user_id = ? and status = ? and remove_at <= ?",
+                                          [user_id, PENDING_CONFIRM, now])]
+        removed += store.delete(user_id, ids, ts=now, action="expired", reason="not confirmed after expiry")
+    return {"expired": expired, "removed": removed, "resolved": resolved}
 
 
 def _resolve_contradictions(store: Store, now: int) -> int:
@@ -52,8 +52,7 @@ def _resolve_contradictions(store: Store, now: int) -> int:
         if slot not in newest:
             newest[slot] = memory_id  # the newest statement stays
             continue
-        store.db.execute("update memories set status = ?, active = 0, superseded_by = ?, updated_at = ? where id = ?",
-                         [SUPERSEDED, newest[slot], now, memory_id])
+        store.supersede(memory_id, newest[slot], now)
         resolved += 1
     return resolved
 

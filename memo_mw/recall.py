@@ -1,28 +1,37 @@
-"""Recall: pick the few memories worth showing the model for this message, and format them.
+"""Recall: the few memories worth showing the model for this message, and the block they go in.
 
-Score (DESIGN): ``w_rel * relevance + w_rec * recency + w_hot * hotness`` with
-``recency = exp(-decay * days since last use)`` and ``hotness = log(1 + hits)``
-normalised by the hottest candidate. Relevance is lexical on Chinese-aware tokens
-(:func:`memo_mw.text.tokens`). ``style`` memories are always included; other memories
-need some relevance to the message, unless the message asks what is remembered. An
-expired task awaiting confirmation is shown once, marked, whatever the message.
+Candidates come from the store's full-text index (:meth:`memo_mw.store.Store.search`: memories
+sharing a token or a topic with the message, and those always shown), plus the user's pending
+statements (read-your-own-writes), less whatever a recent forget request names. Then one
+:func:`score` ranks them::
+
+    score = 0.7 * relevance + 0.1 * recency + 0.2 * hotness
+    recency = exp(-0.01 * days since last use)      hotness = log(1 + hits) / log(1 + max hits)
+
+Relevance is a weighted overlap of Chinese-aware tokens (words, CJK bigrams; a lone CJK character
+counts little), plus a share for a common topic, so "what should I cook for lunch" finds "doesn't
+eat pork". ``style`` memories (how to answer) and an expired task's one request for confirmation
+are always in; the top ``k`` are taken under a character budget.
 """
 
 from __future__ import annotations
 
 import math
-import operator
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from . import defaults
-from .text import tokens
+from .forgetting import forgotten, without_forgotten
+from .state import EMPTY, UserState
+from .store import RECALLABLE, Store
+from .text import normalize, tokens
 
 BLOCK_BEGIN = "[MEMORY_BEGIN]"
 BLOCK_END = "[MEMORY_END]"
-#: Starts the block's section of insight lines (after the memories and their source line).
+#: Starts the block's section of insight lines (memo_mw.insights).
 PROFILE = "[PROFILE]"
 
 
@@ -34,199 +43,198 @@ class RecallConfig:
     w_recency: float = defaults.WEIGHT_RECENCY
     w_hotness: float = defaults.WEIGHT_HOTNESS
     decay: float = defaults.RECENCY_DECAY
-    #: Relevance a shared topic adds (capped at 1): "cook lunch" ~ "doesn't eat pork".
+    #: Relevance a shared topic adds (capped at 1).
     w_topic: float = defaults.WEIGHT_TOPIC
-    #: Hits at which hotness is full (the floor of its normalisation).
+    #: Hits at which hotness is full: one restatement must not make a memory the "hottest".
     hotness_full: int = defaults.HOTNESS_FULL
 
 
 def _weight(token: str) -> float:
-    # A single CJK character is weak evidence; a bigram or a word is strong.
-    return 0.3 if len(token) == 1 else 1.0
+    return 0.3 if len(token) == 1 else 1.0  # a single CJK character is weak evidence
 
 
-def relevance(query_tokens: set[str], memory_tokens: set[str], *, q: float | None = None,
-              m: float | None = None, weight_of: Callable[[str], float] = _weight) -> float:
-    """Weighted overlap of token sets, normalised to [0, 1] (a cosine on sets). ``q`` and ``m``:
-    the token weights of the query and the memory, when the caller has them already;
-    ``weight_of``: a token's weight (the same as ``_weight``; score() passes a lookup of the
-    query's tokens, in C)."""
-    common = query_tokens & memory_tokens
+def relevance(query: frozenset[str], memory: frozenset[str]) -> float:
+    """Weighted overlap of two token sets in [0, 1] (a cosine on sets)."""
+    common = query & memory
     if not common:
         return 0.0
-    q = sum(map(_weight, query_tokens)) if q is None else q
-    m = sum(map(_weight, memory_tokens)) if m is None else m
-    return sum(map(weight_of, common)) / math.sqrt(q * m)
+    return sum(map(_weight, common)) / math.sqrt(sum(map(_weight, query)) * sum(map(_weight, memory)))
 
 
-def shown_features(memory: dict[str, Any]) -> tuple[Any, int]:
-    """Whether a memory can show, the same for every query: its expiry (None while it awaits
-    confirmation: then it shows) and whether it is always shown (2: style, 1: awaiting confirmation)."""
-    confirm = memory.get("status") == "pending_confirm"
-    return None if confirm else memory.get("expires_at"), 2 if memory.get("type") == "style" else 1 if confirm else 0
+def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], query_topics: frozenset[str] = frozenset(),
+          *, now: float, config: RecallConfig = RecallConfig(), recall_all: bool = False,
+          tag: Callable[[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
+    """The memories to inject, best first, each with its ``score`` and ``relevance``.
 
-
-def used_features(memory: dict[str, Any]) -> tuple[float | None, float, Any, int]:
-    """How a memory ranks besides its relevance, the same for every query: when it was last used
-    (None: never, counted as the request's time), ``log1p`` of its hits, and its source time and id
-    (which break ties). Raises for a memory outside the schema (hits below zero, a time that is text)."""
-    last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at")
-    return (float(last) if last else None, math.log1p(int(memory.get("hits") or 0)),
-            memory.get("source_ts") or 0, memory["id"] or 0)
-
-
-def static_features(memory: dict[str, Any]) -> tuple:
-    """What :func:`score` reads from a memory besides its text: :func:`shown_features` then
-    :func:`used_features`."""
-    return shown_features(memory) + used_features(memory)
-
-
-def score(memories: Iterable[dict[str, Any]], query: str, *, now: float | None = None,
-          config: RecallConfig = RecallConfig(), recall_all: bool = False,
-          topics: Callable[[str], frozenset[str]] | None = None,
-          max_hits: int | None = None,
-          features: dict[int, tuple] | None = None,
-          analysis: tuple[frozenset[str], frozenset[str]] | None = None
-          ) -> list[dict[str, Any]]:
-    """The memories to inject for ``query``, best first, each with its ``score``.
-
-    ``topics(text)`` tags text with the rules' topics; a memory sharing a topic with the
-    query gains ``config.w_topic`` of relevance (a memory's stored tags are used when it has them).
-    ``max_hits``: the most hits among the user's memories, by default the most among ``memories``
-    (the index path passes it: it scores only some of them).
-    ``features``: by ``id()`` of a memory dict, what is computed here from it otherwise: its tokens,
-    their weight, its topics, the length of its line and its :func:`static_features`
-    (memo_mw.memcache keeps them with the memories it keeps).
-    ``analysis``: the query's tokens and topics (memo_mw.topics.TopicTagger.analyse), when the
-    caller has them (``topics`` is then not asked for the query's).
-    """
-    now = time.time() if now is None else now
-    memories = list(memories)
+    ``tag(text)``: a memory's topics when it was stored without them. ``recall_all``: the
+    message asks what is remembered, so every memory may show."""
+    memories = [m for m in memories if m.get("status") == "pending_confirm" or not _expired(m, now)]
     if not memories:
         return []
-    if analysis is not None:
-        query_tokens, query_topics = analysis[0], analysis[1] if topics is not None else frozenset()
-    else:
-        query_tokens = tokens(query)
-        query_topics = topics(query) if topics is not None else frozenset()
-    # Normalised by the hottest candidate, but never by fewer than HOTNESS_FULL hits: one
-    # restatement must not make a memory "hottest" and outrank a more relevant one.
-    if max_hits is None:
-        max_hits = max(int(m.get("hits") or 0) for m in memories)
-    max_hits = max(config.hotness_full, max_hits)
-    hot_norm = math.log1p(max_hits) if max_hits else 0.0
-    # Each query token's weight (looked up in C for the tokens a memory shares), and their sum, once
-    # for every memory.
-    weights = {t: _weight(t) for t in query_tokens}
-    q = sum(weights.values())
-    weight_of = weights.__getitem__
-    exp = math.exp
-    w_rel, w_rec, w_hot, w_topic, decay = (config.w_relevance, config.w_recency, config.w_hotness,
-                                           config.w_topic, config.decay)
-    features = features or {}
+    max_hits = max(config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
     scored = []
     for memory in memories:
-        known = features.get(id(memory))
-        if known is None:
-            expires, always = shown_features(memory)
-        else:
-            memory_tokens, m, memory_topics, width, expires, always, last, log_hits, order_ts, order_id = known
-        if expires is not None and expires <= now:
-            continue  # expired: not injected until maintenance asks for a confirmation
-        if known is None:
-            memory_tokens = tokens(f"{memory['content']} {memory['key']}")
-            m = width = None
-        rel = relevance(query_tokens, memory_tokens, q=q, m=m, weight_of=weight_of)
+        always = 2 if memory.get("type") == "style" else 1 if memory.get("status") == "pending_confirm" else 0
+        rel = relevance(query_tokens, tokens(f"{memory['content']} {memory['key']}"))
         if query_topics:
-            if known is None:
-                memory_topics = set(memory.get("topics") or ()) or topics(memory["content"])
+            memory_topics = set(memory.get("topics") or ()) or (tag(memory["content"]) if tag else set())
             if query_topics & memory_topics:
-                rel = min(1.0, rel + w_topic)
+                rel = min(1.0, rel + config.w_topic)
         if not (rel > 0 or always or recall_all):
             continue
-        if known is None:  # (only for a memory that scores: a malformed one raises only then)
-            last, log_hits, order_ts, order_id = used_features(memory)
-        days = max(0.0, (now - (float(now) if last is None else last)) / 86400)
-        recency = exp(-decay * days)
-        hotness = log_hits / hot_norm if max_hits else 0.0
-        total = w_rel * rel + w_rec * recency + w_hot * hotness
-        # Always in: how to answer (style), and an expired task's one request for confirmation.
-        scored.append((always, round(total, 6), order_ts, order_id, rel, memory, width))
-    # Style first, then confirmations, then by score; ties go to the more recent statement.
-    scored.sort(key=_ORDER, reverse=True)
+        last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
+        recency = math.exp(-config.decay * max(0.0, (now - float(last)) / 86400))
+        hotness = math.log1p(int(memory.get("hits") or 0)) / math.log1p(max_hits)
+        total = config.w_relevance * rel + config.w_recency * recency + config.w_hotness * hotness
+        scored.append(((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0), rel, memory))
+    scored.sort(key=lambda entry: entry[0], reverse=True)  # style, confirmations, then score; ties: newer
     chosen, used = [], 0
-    for always, total, _, _, rel, memory, width in scored:
+    for order, rel, memory in scored:
         if len(chosen) >= config.k:
             break
-        cost = len(line(memory)) if width is None else width
-        if used + cost > config.budget:
-            continue
-        used += cost
-        chosen.append({**memory, "score": total, "relevance": round(rel, 6)})
+        cost = len(line(memory))
+        if used + cost <= config.budget:
+            used += cost
+            chosen.append({**memory, "score": order[1], "relevance": round(rel, 6)})
     return chosen
 
 
-#: The sort key of a scored entry: (always, score, source_ts, id).
-_ORDER = operator.itemgetter(0, 1, 2, 3)
+def _expired(memory: dict[str, Any], now: float) -> bool:
+    return memory.get("expires_at") is not None and memory["expires_at"] <= now
 
 
-#: Brackets, and the look-alikes a model reads as brackets, become parentheses in memory text.
+class Recaller:
+    """Reads candidates through one read-only connection per thread, and scores them.
+
+    ``funnel`` gives the message's tokens and topics (``funnel.topics.analyse``) and tells a
+    question about everything remembered (``funnel.is_recall_all``)."""
+
+    def __init__(self, db: str, funnel: Any, config: RecallConfig = RecallConfig()):
+        self.db = db
+        self.funnel = funnel
+        self.config = config
+        self._local = threading.local()
+
+    def store(self) -> Store:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.db, readonly=True)
+        return store
+
+    def recall(self, user_id: str, message: str, *, now: float | None = None, state: UserState = EMPTY,
+               recall_all: bool | None = None) -> list[dict[str, Any]]:
+        """Top memories for the message, stored and pending, as this request may see them."""
+        now = time.time() if now is None else now
+        if recall_all is None:
+            recall_all = self.funnel.is_recall_all(message)
+        query_tokens, query_topics = self.funnel.topics.analyse(message)
+        store = self.store()
+        try:
+            words = set(query_tokens) | {f"topic:{t}" for t in query_topics}
+            candidates = store.search(user_id, words, everything=recall_all)
+            slots = {c["key"] for p in state.pending for c in p.get("candidates", [])}
+            if slots:  # what a pending statement will replace must be there to be replaced
+                seen = {m["id"] for m in candidates}
+                candidates += [m for m in store.rows(
+                    f"where user_id = ? and key in ({','.join('?' * len(slots))}) and {RECALLABLE}",
+                    [user_id, *slots]) if m["id"] not in seen]
+        except Exception:
+            self._local.store = None  # a connection that failed is not used again
+            store.close()
+            raise
+        return score(visible(candidates, state), query_tokens, query_topics, now=now, config=self.config,
+                     recall_all=recall_all, tag=self.funnel.topics.tag)
+
+    def profile(self, user_id: str, state: UserState = EMPTY) -> list[dict[str, Any]]:
+        """The user's insight lines for the block's [PROFILE] section (none after "forget me")."""
+        if any(f["tokens"] is None for f in state.forgets) or defaults.PROFILE_RECALL_K <= 0:
+            return []
+        rows = self.store().db.execute(
+            "select topic, text from insights where user_id = ? order by rank limit ?",
+            [user_id, defaults.PROFILE_RECALL_K])
+        chosen, used = [], 0
+        for topic, text in rows:
+            cost = len(profile_line({"text": text}))
+            if used + cost <= defaults.PROFILE_RECALL_BUDGET_CHARS:
+                used += cost
+                chosen.append({"topic": topic, "text": text})
+        return chosen
+
+
+def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:
+    """Stored memories as this request sees them: pending statements merged in, what a recent
+    forget request names left out, expired ones already asked about left out."""
+    stored_forgets = [f for f in state.forgets if not f.get("pending_only")]
+    if stored_forgets:
+        memories = [m for m in memories if not forgotten(m, stored_forgets)]
+    if state.pending:
+        memories = merge_pending(memories, [without_forgotten(p, list(state.forgets)) for p in state.pending])
+    if state.shown:
+        memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
+    return memories
+
+
+def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored memories plus pending ones (``id`` None), as the store will have them after the jobs:
+    a pending statement already stored adds nothing; one on a slot a stored memory fills replaces it."""
+    memories = list(stored)
+    for payload in sorted(payloads, key=lambda p: p.get("ts") or 0):
+        ts = int(payload["ts"])
+        for c in payload.get("candidates", []):
+            same_slot = [m for m in memories if m["key"] == c["key"] and m.get("status") != "pending_confirm"]
+            if any(m["polarity"] == c["polarity"] and normalize(m["content"]) == normalize(c["content"])
+                   for m in same_slot):
+                continue
+            memories = [m for m in memories if m not in same_slot]
+            memories.append({
+                "id": None, "user_id": payload["user_id"], "type": c["type"], "key": c["key"],
+                "polarity": c["polarity"], "content": c["content"], "excerpt": c["excerpt"], "active": True,
+                "status": "pending", "source_session": payload.get("session_id"), "source_ts": ts,
+                "confidence": c["confidence"], "hits": 0, "last_accessed": None, "created_at": ts,
+                "expires_at": int(ts + c["ttl_days"] * 86400) if c.get("ttl_days") else None,
+                "rule_id": c.get("rule_id"), "topics": c.get("topics") or [], "language": c.get("language")})
+    return memories
+
+
 _BRACKETS = str.maketrans({c: "(" for c in "[［【〔〖⟦"} | {c: ")" for c in "]］】〕〗⟧"})
 
 
 def _escape(text: str) -> str:
-    """Memory text is data: it cannot open, close or forge the block's markers (one line, no brackets)."""
+    """Memory text is data: one line, and no bracket that could open, close or forge a marker."""
     return " ".join(str(text).split()).translate(_BRACKETS)
 
 
-#: The dates _day() has written, by day since the epoch.
-_DAYS: dict[int, str] = {}
-
-
 def _day(ts: float) -> str:
-    """The UTC date of a Unix time as YYYY-MM-DD (a block writes several: each day's is kept)."""
-    key = ts // 86400
-    day = _DAYS.get(key)
-    if day is None:
-        day = time.strftime("%Y-%m-%d", time.gmtime(ts))
-        if len(_DAYS) >= 4096:
-            _DAYS.clear()
-        _DAYS[key] = day
-    return day
+    return time.strftime("%Y-%m-%d", time.gmtime(ts or 0))
 
 
 def line(memory: dict[str, Any]) -> str:
-    day = _day(memory.get("source_ts") or memory.get("created_at") or 0)
-    marks = [_escape(memory["type"]), day]
+    marks = [_escape(memory["type"]), _day(memory.get("source_ts") or memory.get("created_at") or 0)]
     if memory.get("status") == "pending_confirm":
         marks.append("expired, ask whether it still holds")
     return f"- {_escape(memory['content'])} ({', '.join(marks)})"
 
 
 def profile_line(insight: dict[str, Any]) -> str:
-    """One line of the ``[PROFILE]`` section: an insight's text, escaped like memory text."""
     return f"- {_escape(insight['text'])}"
 
 
 def format_block(memories: list[dict[str, Any]], profile: list[dict[str, Any]] = ()) -> str:
-    """The block injected into the request, as in DESIGN::
+    """The block injected into the request::
 
         [MEMORY_BEGIN]
         - likes jazz (preference, 2024-04-01)
         [SOURCE: s1 / 2024-04-01]
         [PROFILE]
-        - asks often about rust (async, types): 12 messages over 4 weeks, ...; confidence: high
+        - asks often about rust: 12 messages over 4 weeks; confidence: high
         [MEMORY_END]
-
-    The ``[PROFILE]`` section holds the user's insights (memo_mw.insights), when there are any.
     """
     if not memories and not profile:
         return ""
     lines = [BLOCK_BEGIN, *(line(m) for m in memories)]
     if memories:
         latest = max(memories, key=lambda m: m.get("source_ts") or 0)
-        day = _day(latest.get("source_ts") or 0)
-        lines.append(f"[SOURCE: {_escape(latest.get('source_session') or '-')} / {day}]")
+        lines.append(f"[SOURCE: {_escape(latest.get('source_session') or '-')} / {_day(latest.get('source_ts'))}]")
     if profile:
         lines += [PROFILE, *(profile_line(i) for i in profile)]
     lines.append(BLOCK_END)

@@ -1,0 +1,99 @@
+"""What a forget request names, and which statements were said before it.
+
+A forget request ("forget that I like jazz", "忘掉所有") outlives its own job by minutes: a
+statement captured earlier may still wait in Redis, in the spool or in a retry, and must not
+be stored after the user asked to forget it. So the request leaves a *marker*: when it was
+made, and one-way hashes of its words (never the words: keeping the very text the user asked
+to forget would defeat the purpose). Recall, the ``remember`` job and the store all hold
+statements against the markers with the functions here; they are pure, with no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .text import tokens
+
+#: Share of a forget phrase's words a memory must contain to count as named by it.
+MATCH_SHARE = 0.6
+
+
+def forget_marker(match: str | None, ts: float, at: float | None = None, *,
+                  pending_only: bool = False) -> dict[str, Any]:
+    """The marker of a forget request: ``tokens`` (hashes of its words; None: everything), ``ts``
+    (the client's time of the request) and ``at`` (when the server read it, by its own clock).
+
+    ``pending_only``: the store deleted at once (the web page, the CLI), so the marker is only for
+    what still waits; recall does not hold stored memories against it."""
+    marker: dict[str, Any] = {"tokens": None if match is None else sorted(hashed(tokens(match))), "ts": int(ts)}
+    if at is not None:
+        marker["at"] = float(at)
+    if pending_only:
+        marker["pending_only"] = True
+    return marker
+
+
+def hashed(words: frozenset[str] | set[str]) -> set[str]:
+    return {hashlib.blake2b(w.encode("utf-8"), digest_size=8).hexdigest() for w in words}
+
+
+def receipt(item: dict[str, Any]) -> float | None:
+    """When the server read a payload's message (its ``received`` field), or None."""
+    received = item.get("received")
+    return float(received) if isinstance(received, (int, float)) else None
+
+
+def received_at(payload: dict[str, Any]) -> float:
+    """When the server read a payload's message; its client time ``ts`` when that is not known."""
+    received = receipt(payload)
+    return received if received is not None else float(payload.get("ts") or 0)
+
+
+def said_by(said: dict[str, Any], marker: dict[str, Any]) -> bool:
+    """Whether ``said`` (a memory, or a pending candidate) was said by the time of the request.
+
+    Two server times are compared when both are known (a client's clock orders nothing against a
+    deletion made on the web page); otherwise the two client times, which for a chat's own
+    "forget that" come from the same client."""
+    received, at = receipt(said), marker.get("at")
+    if received is not None and isinstance(at, (int, float)):
+        return received <= at
+    return (said.get("source_ts") or said.get("created_at") or 0) <= marker["ts"]
+
+
+def names(marker: dict[str, Any], memory: dict[str, Any]) -> bool:
+    """Whether the marker's words name this memory (everything, for a marker without words)."""
+    if marker["tokens"] is None:
+        return True
+    if not marker["tokens"]:
+        return False
+    have = hashed(tokens(" ".join(str(memory.get(f) or "") for f in ("content", "key", "excerpt"))))
+    return len(have.intersection(marker["tokens"])) / len(marker["tokens"]) >= MATCH_SHARE
+
+
+def forgotten(memory: dict[str, Any], markers: list[dict[str, Any]]) -> bool:
+    """Whether a forget request made after this memory was said names it."""
+    return any(said_by(memory, m) and names(m, memory) for m in markers)
+
+
+def without_forgotten(payload: dict[str, Any], markers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The payload less the candidates a later forget request names."""
+    if not markers:
+        return payload
+    said = {"source_ts": payload["ts"], "received": payload.get("received")}
+    kept = [c for c in payload.get("candidates", []) if not forgotten({**c, **said}, markers)]
+    return {**payload, "candidates": kept}
+
+
+def without_slot(payload: dict[str, Any], key: str, at: float) -> dict[str, Any]:
+    """The payload less its candidates on slot ``key`` when its message was read by ``at`` (the
+    user edited that slot's memory at ``at``: what was said of it before is not stored over it)."""
+    if received_at(payload) > at:
+        return payload
+    return {**payload, "candidates": [c for c in payload.get("candidates", []) if c.get("key") != key]}
+
+
+def slot_hash(key: str) -> str:
+    """A one-way form of a memory's slot, for markers that outlive what they name."""
+    return hashlib.blake2b(key.encode("utf-8"), digest_size=12).hexdigest()

@@ -1,0 +1,167 @@
+"""Short-lived per-user state between a request and the jobs it queued.
+
+For :data:`memo_mw.defaults.PENDING_TTL` seconds at most, a user has:
+
+* **pending** remember payloads, captured but not stored yet: recall merges them in, so the next
+  request reads its own writes; the ``remember`` job drops its payload once stored;
+* **forgets**, the user's recent forget markers (:mod:`memo_mw.forgetting`): recall hides what
+  they name until the ``forget`` job has run;
+* **shown**, expired memories recall has already asked about, so each is asked about once even
+  before the ``touch`` job records it.
+
+Two implementations of one interface: :class:`RedisState` (one hash per user, read in one round
+trip, shared by every web process and worker) and :class:`LocalState` (a dict in the process, for
+embedded mode, where the jobs run in the same process).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import defaults
+from .forgetting import without_forgotten
+
+
+@dataclass(frozen=True)
+class UserState:
+    pending: tuple[dict[str, Any], ...] = ()
+    forgets: tuple[dict[str, Any], ...] = ()
+    shown: frozenset[int] = field(default_factory=frozenset)
+
+
+EMPTY = UserState()
+
+# Redis scripts: replace a pending payload only while it is there (its job may have stored it and
+# dropped it meanwhile; putting it back would hold text that is no longer pending).
+_REPLACE_PENDING = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+if ARGV[2] == '' then redis.call('HDEL', KEYS[1], ARGV[1]) else redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+return 1
+"""
+
+
+class RedisState:
+    """The users' state in Redis: ``memo:user:<queue>:<user id>``, a hash of ``p:<job key>``
+    (pending payloads), ``f:<id>`` (forget markers) and ``s:<memory id>`` (shown), expiring
+    PENDING_TTL after its last write."""
+
+    def __init__(self, connection: Any, namespace: str = defaults.QUEUE_NAME):
+        self.connection = connection
+        self.namespace = namespace
+        self._replace = connection.register_script(_REPLACE_PENDING)
+
+    def key(self, user_id: str) -> str:
+        return f"memo:user:{self.namespace}:{user_id}"
+
+    def read(self, user_id: str) -> UserState:
+        fields = self.connection.hgetall(self.key(user_id))
+        if not fields:
+            return EMPTY
+        pending, forgets, shown = [], [], set()
+        for name, value in fields.items():
+            kind, _, rest = name.decode("utf-8").partition(":")
+            if kind == "p":
+                pending.append(json.loads(value))
+            elif kind == "f":
+                forgets.append(json.loads(value))
+            elif kind == "s":
+                shown.add(int(rest))
+        return UserState(tuple(sorted(pending, key=_ts)), tuple(sorted(forgets, key=_ts)), frozenset(shown))
+
+    def put_pending(self, user_id: str, payload: dict[str, Any], *, pipe: Any = None) -> None:
+        """Add a pending payload; with ``pipe``, only queued on the caller's pipeline."""
+        self._write(pipe, lambda p: p.hset(self.key(user_id), "p:" + payload["job_key"], json.dumps(payload)),
+                    user_id)
+
+    def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
+        fields = ["p:" + k for k in job_keys]
+        if fields:
+            self.connection.hdel(self.key(user_id), *fields)
+
+    def add_forget(self, user_id: str, marker: dict[str, Any], *, pipe: Any = None) -> None:
+        """Record a forget marker, and take what it names out of the pending payloads."""
+        self._write(pipe, lambda p: p.hset(self.key(user_id), f"f:{uuid.uuid4().hex}", json.dumps(marker)), user_id)
+        for payload in self.read(user_id).pending:
+            kept = without_forgotten(payload, [marker])
+            if kept["candidates"] != payload.get("candidates"):
+                self._replace(keys=[self.key(user_id)],
+                              args=["p:" + payload["job_key"], json.dumps(kept) if kept["candidates"] else ""])
+
+    def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
+        self._write(None, lambda p: p.hset(self.key(user_id), mapping={f"s:{int(i)}": 1 for i in ids}), user_id)
+
+    def _write(self, pipe: Any, command: Callable[[Any], Any], user_id: str) -> None:
+        own = pipe is None
+        pipe = self.connection.pipeline(transaction=False) if own else pipe
+        command(pipe)
+        pipe.expire(self.key(user_id), defaults.PENDING_TTL)
+        if own:
+            pipe.execute()
+
+
+class LocalState:
+    """The users' state in this process (embedded mode), with the same expiry."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self._users: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def read(self, user_id: str) -> UserState:
+        with self._lock:
+            fields = self._fields(user_id, create=False)
+            if not fields:
+                return EMPTY
+            pending = [v for k, v in fields.items() if k.startswith("p:")]
+            forgets = [v for k, v in fields.items() if k.startswith("f:")]
+            shown = {int(k[2:]) for k in fields if k.startswith("s:")}
+        return UserState(tuple(sorted(pending, key=_ts)), tuple(sorted(forgets, key=_ts)), frozenset(shown))
+
+    def put_pending(self, user_id: str, payload: dict[str, Any], *, pipe: Any = None) -> None:
+        with self._lock:
+            self._fields(user_id)["p:" + payload["job_key"]] = payload
+
+    def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
+        with self._lock:
+            fields = self._fields(user_id, create=False)
+            for key in job_keys:
+                fields.pop("p:" + key, None)
+
+    def add_forget(self, user_id: str, marker: dict[str, Any], *, pipe: Any = None) -> None:
+        with self._lock:
+            fields = self._fields(user_id)
+            fields[f"f:{uuid.uuid4().hex}"] = marker
+            for name in [k for k in fields if k.startswith("p:")]:
+                kept = without_forgotten(fields[name], [marker])
+                if kept["candidates"]:
+                    fields[name] = kept
+                else:
+                    del fields[name]
+
+    def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
+        with self._lock:
+            self._fields(user_id).update({f"s:{int(i)}": 1 for i in ids})
+
+    def _fields(self, user_id: str, *, create: bool = True) -> dict[str, Any]:
+        """The user's fields (under the lock); a write renews their expiry, as EXPIRE does."""
+        now = self.clock()
+        expires, fields = self._users.get(user_id, (0.0, {}))
+        if expires <= now:
+            fields = {}
+            if len(self._users) > 10_000:  # drop every expired user now and then, not on every call
+                self._users = {u: v for u, v in self._users.items() if v[0] > now}
+        if create:
+            self._users[user_id] = (now + defaults.PENDING_TTL, fields)
+        elif not fields:
+            self._users.pop(user_id, None)
+        return fields
+
+
+def _ts(item: dict[str, Any]) -> float:
+    return float(item.get("received") or item.get("at") or item.get("ts") or 0)
