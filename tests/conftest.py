@@ -12,15 +12,6 @@ import redis
 from .servers import REDIS_BINARY, RedisServer, free_port  # noqa: F401 (free_port: for the tests)
 
 
-@pytest.fixture(autouse=True)
-def counts_sent_when_asked(monkeypatch):
-    """Recall and topic counts are sent by a thread every second in production; a test sends
-    them when it means to (``backend.flush()``), so a drain never races with a send."""
-    from memo_mw import defaults
-
-    monkeypatch.setattr(defaults, "COUNTS_SEND_INTERVAL", 3600.0)
-
-
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     if not os.path.exists(REDIS_BINARY):
@@ -49,19 +40,15 @@ def db(tmp_path) -> str:
 
 def drain(redis_url: str) -> int:
     """Run a real rq worker in burst mode on the memo queue; return how many jobs it finished."""
-    from rq import Worker
+    from rq import Queue, Worker
+    from rq.serializers import JSONSerializer
 
     from memo_mw import defaults
 
-    from rq import Queue
-
-    from memo_mw.outbox import send_waiting
-
-    send_waiting()  # jobs the middlewares of this process wrote behind, not yet sent
     connection = redis.Redis.from_url(redis_url)
-    queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
+    queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=JSONSerializer)
     waiting = queue.count
-    worker = Worker([queue], connection=connection, serializer=defaults.SERIALIZER)
+    worker = Worker([queue], connection=connection, serializer=JSONSerializer)
     worker.work(burst=True, logging_level="WARNING")
     assert queue.failed_job_registry.count == 0, "a memo job failed"
     assert queue.count == 0
@@ -69,11 +56,7 @@ def drain(redis_url: str) -> int:
 
 
 def all_redis_text(url: str) -> bytes:
-    """Every value in the private Redis, job payloads decompressed (rq compresses them); what the
-    middlewares of this process wrote behind is sent first."""
-    from memo_mw.outbox import send_waiting
-
-    send_waiting()
+    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
     client = redis.Redis.from_url(url)
     out = []
     for key in client.keys("*"):
@@ -98,30 +81,3 @@ def wait_until(condition, timeout: float = 15.0) -> bool:
             return True
         time.sleep(0.02)
     return False
-
-
-def observe_reads(monkeypatch, middleware, note) -> bool:
-    """Have ``note(got)`` see what the one-call read gives each request from here on: that of
-    memo_mw._speedups.read_request, and that of the Reader the middleware keeps of its arguments
-    (made again: the first request after this makes it). False without the extension."""
-    from memo_mw import middleware as middleware_module
-
-    real, reader = middleware_module._read_request, middleware_module._Reader
-    if real is None:
-        return False
-
-    def seen(got):
-        note(got)
-        return got
-
-    monkeypatch.setattr(middleware_module, "_read_request", lambda *args: seen(real(*args)))
-    if reader is not None:
-        monkeypatch.setattr(middleware_module, "_Reader",
-                            lambda *args: (lambda kept: lambda environ: seen(kept(environ)))(reader(*args)))
-    middleware._reader = None
-    return True
-
-
-def answered(got) -> bool:
-    """Whether the one-call read answered the request (the user's view: nothing to recall or capture)."""
-    return got is True or type(got) is tuple and len(got) == 5
