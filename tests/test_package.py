@@ -1,0 +1,87 @@
+"""The package as a whole keeps its shape: pure Python, small modules and functions, imports that go
+one way, no mutable state at module level, and a test module beside each module."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "memo_mw"
+MODULES = sorted(PACKAGE.glob("*.py"))
+#: Modules whose behaviour is tested elsewhere (what they hold has no behaviour of its own).
+UNTESTED = {"__init__", "__main__", "defaults", "exceptions"}
+
+
+def tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+def test_pure_python():
+    assert not [p.name for p in PACKAGE.rglob("*") if p.suffix in (".c", ".so", ".pyx", ".pyd")]
+
+
+def test_the_package_stays_small():
+    assert sum(len(p.read_text(encoding="utf-8").splitlines()) for p in MODULES) <= 5000
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_modules_and_functions_stay_small(path):
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= 400
+    long = [f"{node.name}: {node.end_lineno - node.lineno + 1} lines" for node in ast.walk(tree(path))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60]
+    assert not long
+
+
+def imports_of(path: Path) -> set[str]:
+    """The package's modules a module imports (at any depth of its code)."""
+    found = set()
+    for node in ast.walk(tree(path)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memo_mw."):
+            found.add(node.module.split(".")[1])
+    return {name for name in found if (PACKAGE / f"{name}.py").exists()}
+
+
+def test_no_import_cycles():
+    graph = {path.stem: imports_of(path) for path in MODULES}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in graph.get(start, ()))
+
+    assert not [name for name in graph if reaches(name, name, set())]
+
+
+MUTABLE_CALLS = {"dict", "list", "set", "deque", "defaultdict", "Counter", "OrderedDict", "local", "WeakValueDictionary"}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_no_mutable_state_at_module_level(path):
+    """Constants only: a module-level dict, list or set (or an instance of one) that is not named as
+    a constant (UPPER_CASE, never changed) is state every caller shares."""
+    found = []
+    for node in tree(path).body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if names and all(n == "__all__" or n.lstrip("_").isupper() for n in names):
+            continue
+        if isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)):
+            found.append(node.lineno)
+        elif isinstance(value, ast.Call):
+            func = value.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in MUTABLE_CALLS:
+                found.append(node.lineno)
+    assert not found, f"module-level mutable values at lines {found}"
+
+
+def test_each_module_has_its_tests():
+    tests = Path(__file__).resolve().parent
+    missing = [p.stem for p in MODULES if p.stem not in UNTESTED and not (tests / f"test_{p.stem}.py").exists()]
+    assert not missing
