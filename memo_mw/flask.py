@@ -22,7 +22,7 @@ MEMO_RECALL_BUDGET     characters of memory lines per request       600
 MEMO_QUEUE             RQ queue name                                ``memo``
 MEMO_RULES_RELOAD      seconds between looks at the rule files      2.0 (0 or None: never)
 MEMO_BODY_USER         also take the user id from the body          ``False``
-MEMO_OUTBOX            jobs wait here while Redis is down           ``<MEMO_DB>.outbox``
+MEMO_SPOOL             jobs wait here while Redis is down           ``<MEMO_DB>.spool``
 MEMO_ADMIN             mount the memories page and API              ``True``
 MEMO_ADMIN_PREFIX      where they are mounted                       ``/memo``
 MEMO_ADMIN_TOKEN       token that may act for ``?user=`` (16+       ``$MEMO_ADMIN_TOKEN``
@@ -71,7 +71,7 @@ class Memo:
         config.setdefault("MEMO_QUEUE", defaults.QUEUE_NAME)
         config.setdefault("MEMO_RULES_RELOAD", defaults.RULES_RELOAD_INTERVAL)
         config.setdefault("MEMO_BODY_USER", False)
-        config.setdefault("MEMO_OUTBOX", None)
+        config.setdefault("MEMO_SPOOL", None)
         config.setdefault("MEMO_ADMIN", True)
         config.setdefault("MEMO_ADMIN_PREFIX", "/memo")
         config.setdefault("MEMO_ADMIN_TOKEN", os.environ.get("MEMO_ADMIN_TOKEN") or None)
@@ -90,7 +90,7 @@ class Memo:
             queue_name=config["MEMO_QUEUE"],
             rules_reload_interval=config["MEMO_RULES_RELOAD"],
             body_user=config["MEMO_BODY_USER"],
-            outbox=config["MEMO_OUTBOX"],
+            spool=config["MEMO_SPOOL"],
         )
         app.wsgi_app = middleware
         blueprint = None

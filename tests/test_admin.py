@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from pathlib import Path
 
@@ -11,11 +10,12 @@ import pytest
 from flask import Flask, jsonify, request
 from werkzeug.http import parse_cookie
 
-from memo_mw import Memo, MemoryMiddleware
+from memo_mw import MemoryMiddleware
+from memo_mw.adapters import Turn
 from memo_mw.admin import blueprint_for, create_blueprint
-from memo_mw.outbox import send_waiting
+from memo_mw.middleware import remember_payload
 from memo_mw.rules import load_rules
-from memo_mw.store import Store
+from memo_mw.store import Store, index_terms
 
 from .conftest import all_redis_text, drain
 
@@ -61,7 +61,8 @@ def as_user(user):
 
 
 def contents(db, user):
-    return sorted(m["content"] for m in Store(db).memories(user, include_inactive=True))
+    with Store(db) as store:
+        return sorted(m["content"] for m in store.list(user, include_inactive=True))
 
 
 def database_bytes(db: str) -> bytes:
@@ -70,8 +71,18 @@ def database_bytes(db: str) -> bytes:
 
 
 def audit_rows(db, user):
-    return sqlite3.connect(db).execute("select action, count, reason from audit where user_id = ? order by id",
-                                       [user]).fetchall()
+    with Store(db) as store:
+        return [(a["action"], a["count"], a["reason"]) for a in store.audit(user)]
+
+
+def stored(db, user, memory_id):
+    with Store(db) as store:
+        return store.get(user, memory_id)
+
+
+def active(db, user):
+    with Store(db) as store:
+        return [m["content"] for m in store.list(user)]
 
 
 @pytest.fixture
@@ -87,11 +98,13 @@ def two_users(db, rules):
 
 
 def alice_id(db, content):
-    return next(m["id"] for m in Store(db).memories("alice", include_inactive=True) if m["content"] == content)
+    with Store(db) as store:
+        return next(m["id"] for m in store.list("alice", include_inactive=True) if m["content"] == content)
 
 
 def bob_ids(db):
-    return [m["id"] for m in Store(db).memories("bob", include_inactive=True)]
+    with Store(db) as store:
+        return [m["id"] for m in store.list("bob", include_inactive=True)]
 
 
 BOB_WORDS = (b"zanzibarian", b"Reykjavik")
@@ -295,7 +308,7 @@ def test_patch_edits_the_line_and_the_old_text_is_gone(two_users, db):
     assert memory["id"] == memory_id and memory["content"] == "plays jazz piano on mondays"
     assert memory["excerpt"] == "plays jazz piano on mondays"  # the old sentence is not kept either
     assert memory["topics"] == ["music"]  # tagged again from the new line (was sport)
-    assert Store(db).get(memory_id)["content"] == "plays jazz piano on mondays"
+    assert stored(db, "alice", memory_id)["content"] == "plays jazz piano on mondays"
     assert b"tennis every sunday" not in database_bytes(db)
     assert audit_rows(db, "alice") == [("edit", 1, "user, memo page or API")]
     # The term index follows the edit: recall finds the new words.
@@ -329,7 +342,7 @@ def test_patch_refuses_a_sensitive_category(two_users, db, content):
     memory_id = alice_id(db, "plays tennis every sunday")
     response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"), json={"content": content})
     assert response.status_code == 422 and "sensitive" in response.json["error"]
-    assert Store(db).get(memory_id)["content"] == "plays tennis every sunday"
+    assert stored(db, "alice", memory_id)["content"] == "plays tennis every sunday"
     assert content.encode() not in database_bytes(db)
 
 
@@ -337,18 +350,19 @@ def test_patch_into_a_duplicate_merges(two_users, db):
     app, client = two_users
     say(client, "alice", "I like running", ts=1_700_000_100)  # another "likes running", active again
     settle(app)
-    kept_id = next(m["id"] for m in Store(db).memories("alice") if m["content"] == "likes running")
-    kept_before = Store(db).get(kept_id)
+    with Store(db) as store:  # the active one, not the superseded "likes running"
+        kept_id = next(m["id"] for m in store.list("alice") if m["content"] == "likes running")
+    kept_before = stored(db, "alice", kept_id)
     edited_id = alice_id(db, "plays tennis every sunday")
-    edited_before = Store(db).get(edited_id)
+    edited_before = stored(db, "alice", edited_id)
     response = client.patch(f"/memo/api/memories/{edited_id}", headers=as_user("alice"),
                             json={"content": "Likes  running!"})
     assert response.status_code == 200 and response.json["outcome"] == "merged"
     assert response.json["memory"]["id"] == kept_id and response.json["memory"]["content"] == "likes running"
-    assert Store(db).get(edited_id) is None  # deleted, for real
-    assert Store(db).get(kept_id)["hits"] == kept_before["hits"] + edited_before["hits"] + 1
+    assert stored(db, "alice", edited_id) is None  # deleted, for real
+    assert stored(db, "alice", kept_id)["hits"] == kept_before["hits"] + edited_before["hits"] + 1
     assert b"tennis every sunday" not in database_bytes(db)
-    assert [m["content"] for m in Store(db).memories("alice")].count("likes running") == 1
+    assert active(db, "alice").count("likes running") == 1
     assert audit_rows(db, "alice")[-1] == ("edit_merge", 1, "user, memo page or API")
 
 
@@ -366,7 +380,7 @@ def test_patch_refuses_a_bad_body(two_users, db, kwargs):
     memory_id = alice_id(db, "plays tennis every sunday")
     response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"), **kwargs)
     assert response.status_code == 400 and response.json["error"]
-    assert Store(db).get(memory_id)["content"] == "plays tennis every sunday"
+    assert stored(db, "alice", memory_id)["content"] == "plays tennis every sunday"
 
 
 def test_patch_of_another_users_memory_is_a_404(two_users, db):
@@ -383,12 +397,12 @@ def test_patch_of_another_users_memory_is_a_404(two_users, db):
 def test_delete_one_is_physical_and_audited(two_users, db):
     app, client = two_users
     memory_id = alice_id(db, "plays tennis every sunday")
+    assert index_terms("alice", ["tennis"])[0].encode() in database_bytes(db)
     response = client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice"))
     assert response.status_code == 200 and response.json["deleted"] == 1 and response.json["id"] == memory_id
-    assert Store(db).get(memory_id) is None
+    assert stored(db, "alice", memory_id) is None
     assert b"tennis every sunday" not in database_bytes(db)
-    rows = sqlite3.connect(db).execute("select count(*) from memory_terms where memory_id = ?", [memory_id])
-    assert rows.fetchone() == (0,)
+    assert index_terms("alice", ["tennis"])[0].encode() not in database_bytes(db)  # nor its index entries
     assert audit_rows(db, "alice") == [("delete", 1, "user, memo page or API")]
     assert client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice")).status_code == 404
     assert len(contents(db, "alice")) == 4
@@ -506,15 +520,13 @@ def test_an_edit_is_not_undone_by_a_statement_waiting_for_its_job(request, db, r
     memory_id = alice_id(db, "lives in Springfield")
     if redis:  # said again, differently, before the edit: the job waits in Redis (and shows as pending)
         say(client, "alice", "I live in Shelbyville", ts=1_700_000_500)
-        send_waiting()  # in Redis, not only in the outbox
         assert b"Shelbyville" in all_redis_text(redis_url)
         export = client.get("/memo/api/export", headers={"X-User-Id": "alice"}).json
         assert [c["content"] for p in export["pending"] for c in p["candidates"]] == ["lives in Shelbyville"]
     else:  # the embedded thread runs it at once: a waiting job is one replayed late, the same payload
-        from memo_mw.pipeline import remember_payload
-
         late = remember_payload(app.wsgi_app.funnel.process("I live in Shelbyville"), user_id="alice",
-                                session_id="s", ts=1_700_000_500, message_id=None, time_key=1_700_000_500)
+                                turn=Turn("plain", "I live in Shelbyville", None, "s", None, 1_700_000_500),
+                                ts=1_700_000_500, received=time.time())
     response = client.patch(f"/memo/api/memories/{memory_id}", headers=as_user("alice"),
                             json={"content": "lives in Capital City"})
     assert response.json["outcome"] == "edited"
@@ -522,14 +534,15 @@ def test_an_edit_is_not_undone_by_a_statement_waiting_for_its_job(request, db, r
         export = client.get("/memo/api/export", headers={"X-User-Id": "alice"}).json
         assert export["pending"] == []  # recall no longer shows the older statement either
     else:
-        assert Store(db).remember(late) == ["discarded"]
+        with Store(db) as store:
+            assert store.remember(late) == ["discarded"]
     settle(app, redis_url)
     assert contents(db, "alice") == ["lives in Capital City"]
     # What the user says after the edit is stored as ever, even with a client clock behind the
     # server's (statements are ordered against edits by when the server read them).
     say(client, "alice", "I live in Ogdenville", ts=1_700_000_600)
     settle(app, redis_url)
-    assert [m["content"] for m in Store(db).memories("alice")] == ["lives in Ogdenville"]
+    assert active(db, "alice") == ["lives in Ogdenville"]
 
 
 @pytest.mark.parametrize("forget_me", [False, True], ids=["delete", "forget-me"])
@@ -546,21 +559,15 @@ def test_a_deletion_is_not_undone_by_a_statement_from_a_client_clock_ahead(reque
     say(client, "alice", "I love zanzibarian oolong", ts=ahead)
     settle(app, redis_url)
     memory_id = alice_id(db, "likes zanzibarian oolong")
-    if redis:  # said again before the deletion: the job waits in Redis
-        say(client, "alice", "I love zanzibarian oolong", ts=ahead + 10)
-        send_waiting()
+    # Said again before the deletion: the job waits in Redis, or on the embedded job thread.
+    say(client, "alice", "I love zanzibarian oolong", ts=ahead + 10)
+    if redis:
         assert b"zanzibarian" in all_redis_text(redis_url)
-    else:  # a job replayed late: the same payload, read by the server before the deletion
-        from memo_mw.pipeline import remember_payload
-
-        late = remember_payload(app.wsgi_app.funnel.process("I love zanzibarian oolong"), user_id="alice",
-                                session_id="s", ts=ahead + 10, message_id=None, time_key=ahead + 10,
-                                received=time.time())
     time.sleep(0.01)
     path = "/memo/api/memories" if forget_me else f"/memo/api/memories/{memory_id}"
     assert client.delete(path, headers=as_user("alice")).json["deleted"] == 1
-    if not redis:
-        assert Store(db).remember(late) == ["discarded"]
+    if redis:
+        assert b"zanzibarian" not in all_redis_text(redis_url)
     settle(app, redis_url)
     assert contents(db, "alice") == []
     # Said after the deletion from a client a day behind the server, it is stored again, and
@@ -642,33 +649,6 @@ def test_page_of_a_user_with_no_memories(db, rules):
 
 
 # -- mounting -------------------------------------------------------------------------
-
-def test_the_flask_extension_mounts_it(tmp_path):
-    app = Flask(__name__, instance_path=str(tmp_path))
-    app.config.update(MEMO_DB=str(tmp_path / "memo.db"), MEMO_ADMIN_PREFIX="/me/memory", MEMO_ADMIN_TOKEN=TOKEN)
-    Memo(app)
-    client = app.test_client()
-    assert client.get("/me/memory/api/memories", headers={"X-User-Id": "a"}).json["count"] == 0
-    assert client.get("/me/memory/api/memories?user=a", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
-    assert client.get("/memo/api/memories", headers={"X-User-Id": "a"}).status_code == 404
-    assert app.extensions["memo"].blueprint is not None
-
-
-def test_the_flask_extension_reads_the_token_from_the_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv("MEMO_ADMIN_TOKEN", TOKEN)
-    app = Flask(__name__, instance_path=str(tmp_path))
-    Memo(app)
-    response = app.test_client().get("/memo/api/memories?user=a", headers={"Authorization": f"Bearer {TOKEN}"})
-    assert response.status_code == 200
-
-
-def test_the_flask_extension_can_leave_it_out(tmp_path):
-    app = Flask(__name__, instance_path=str(tmp_path))
-    app.config["MEMO_ADMIN"] = False
-    Memo(app)
-    assert app.test_client().get("/memo/api/memories", headers={"X-User-Id": "a"}).status_code == 404
-    assert app.extensions["memo"].blueprint is None
-
 
 def test_create_blueprint_without_a_middleware(tmp_path, redis_url, rules):
     """Standalone: its own database path, header and Redis, as another process would mount it."""

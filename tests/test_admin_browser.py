@@ -8,7 +8,6 @@ test is skipped, saying why; under CI (``CI`` set) it fails instead, so it never
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -69,7 +68,13 @@ def database_bytes(db: str) -> bytes:
 
 
 def contents(db: str, user: str) -> list[str]:
-    return sorted(m["content"] for m in Store(db).memories(user, include_inactive=True))
+    with Store(db) as store:
+        return sorted(m["content"] for m in store.list(user, include_inactive=True))
+
+
+def audit(db: str, user: str) -> list[tuple[str, int]]:
+    with Store(db) as store:
+        return [(a["action"], a["count"]) for a in store.audit(user)]
 
 
 def test_the_page_shows_edits_and_deletes_memories(browser, demo):
@@ -121,8 +126,7 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
         == ["style", "fact"]  # the emptied group is gone
     assert contents(db, "ana") == ["answer style: answer in Chinese", "lives in Berlin"]
     assert b"bossa nova" not in database_bytes(db)  # physically, not only from the page
-    audit = sqlite3.connect(db).execute("select user_id, action, count from audit").fetchall()
-    assert audit == [("ana", "delete", 1)]
+    assert audit(db, "ana") == [("delete", 1)] and audit(db, "bob") == []
 
     # Edit a line: Edit, type, Enter; the focus is in the labelled field.
     item_of("lives in Berlin").find_element(By.CSS_SELECTOR, '[data-action="edit"]').click()
