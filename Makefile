@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: venv test demo worker redis-server browser bench clean
 
-$(STAMP): setup.cfg setup.py pyproject.toml
+$(STAMP): setup.cfg pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
@@ -43,4 +43,4 @@ bench: venv redis-server
 	$(BIN)/python bench/perf.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache var memo_mw/*.so
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache var

@@ -26,19 +26,14 @@ The patterns run in that order, so a value is masked once, by the most specific 
 whatever it looks like). Digit runs that are none of these (order numbers, years,
 prices, an 18-digit number with a bad check character, a 16-digit number failing Luhn)
 are left as they are. Masking is idempotent: the placeholders match no pattern.
-
-This runs on every user message in the request path, so patterns a message cannot
-match are skipped with cheap tests first (no digit, no "@", no keyword, ...).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import regex
 
-from .needles import fold
 
 PLACEHOLDERS = ("[phone]", "[email]", "[id]", "[card]", "[secret]")
 
@@ -116,9 +111,6 @@ _CODE = regex.compile(
     r"(?P<value>(?=[A-Za-z]*[0-9])[A-Za-z0-9]{4,12})(?![A-Za-z0-9])",
     regex.IGNORECASE,
 )
-# Words one of which (lower-cased) is in every message the patterns above can match.
-_PASSWORD_WORDS = ("pass", "pw", "密", "口令")
-_CODE_WORDS = ("pin", "otp", "code", "码")
 
 # -- API keys and tokens ---------------------------------------------------------------
 
@@ -138,8 +130,6 @@ _KEY = regex.compile(
     r"(?:也|还|就)?(?:\s*[:=：]\s*|\s+(?:is|was)(?:\s+now)?\s+|\s*(?:是|为)\s*))" + _KEY_VALUE,
     regex.IGNORECASE,
 )
-# Words one of which (lower-cased) is in every message _KEY can match.
-_KEY_WORDS = ("key", "token", "secret", "密钥", "秘钥", "私钥", "令牌")
 
 _TOKEN = regex.compile(
     r"(?<![A-Za-z0-9_-])(?:"
@@ -152,8 +142,6 @@ _TOKEN = regex.compile(
     r"|eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}(?:\.[A-Za-z0-9_-]+)?"  # JWT
     r")"
 )
-# Every token above holds one of these ("sk-", "pk_", "ghp_", "xoxb-", "AKIA", "AIza", "eyJ").
-_TOKEN_HINTS = ("k-", "_", "xox", "AKIA", "ASIA", "AIza", "eyJ")
 # "Bearer <token>": the word stays, the token goes (it must look like one: 10+ characters
 # with a digit, so "Bearer authentication" stays).
 _BEARER = regex.compile(
@@ -163,8 +151,8 @@ _BEARER = regex.compile(
 # base64/base64url characters with upper case, lower case and digits (a path or a
 # hyphenated phrase has no upper case, a word has no digit); ``_random`` decides. The
 # leftmost match of a greedy run always starts where the run starts, so no lookbehind is
-# needed, and the standard library's ``re`` scans for it several times faster.
-_RUN = re.compile(r"[A-Za-z0-9+/_-]{32,}=*")
+# needed.
+_RUN = regex.compile(r"[A-Za-z0-9+/_-]{32,}=*")
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 # -- e-mail ----------------------------------------------------------------------------
@@ -259,7 +247,7 @@ def _card(match: regex.Match) -> str:
     return text
 
 
-def _random(match: re.Match) -> str:
+def _random(match: regex.Match) -> str:
     run = match.group()
     chars = set(run.rstrip("="))
     digit = any(c.isdigit() for c in chars)
@@ -286,19 +274,19 @@ def _intl_phone(match: regex.Match) -> str:
     return "[phone]" if 8 <= n <= 15 else text
 
 
-_Mask = tuple[regex.Pattern | re.Pattern, str | Callable[[regex.Match], str]]
+_Mask = tuple[regex.Pattern, str | Callable[[regex.Match], str]]
 _KEEP_HEAD = r"\g<head>\g<q>[secret]"
 
-# In the order they run; each group runs only when a cheap test on the message says it
-# can match.
-_PASSWORDS: tuple[_Mask, ...] = ((_PASSWORD_EN, _KEEP_HEAD), (_PASSWORD_ZH, _KEEP_HEAD))
-_CODES: tuple[_Mask, ...] = ((_CODE, r"\g<head>[secret]"),)
-_KEYS: tuple[_Mask, ...] = ((_KEY, _KEEP_HEAD),)
-_TOKENS: tuple[_Mask, ...] = ((_TOKEN, "[secret]"),)
-_BEARERS: tuple[_Mask, ...] = ((_BEARER, r"\g<head>[secret]"),)
-_EMAILS: tuple[_Mask, ...] = ((_EMAIL, "[email]"),)
-_RANDOMS: tuple[_Mask, ...] = ((_RUN, _random),)
-_NUMBERS: tuple[_Mask, ...] = (
+#: In the order they run: the most specific first, so that a value is masked once.
+_MASKS: tuple[_Mask, ...] = (
+    (_PASSWORD_EN, _KEEP_HEAD),
+    (_PASSWORD_ZH, _KEEP_HEAD),
+    (_CODE, r"\g<head>[secret]"),
+    (_KEY, _KEEP_HEAD),
+    (_TOKEN, "[secret]"),
+    (_BEARER, r"\g<head>[secret]"),
+    (_EMAIL, "[email]"),
+    (_RUN, _random),
     (_CN_ID, _id),
     (_CN_MOBILE, "[phone]"),
     (_CARD, _card),
@@ -308,100 +296,9 @@ _NUMBERS: tuple[_Mask, ...] = (
     (_US_PHONE, "[phone]"),
 )
 
-# The first looks of _mask, in the standard library's engine (ASCII classes only: the same matches,
-# in about half the time of the regex module's call).
-_DIGIT = re.compile(r"[0-9]")
-#: A text whose only mask hints are digits is one mask_found() returns as it is when it holds
-#: fewer than DIGITS_HINT digits (every ID, card and phone number holds 7 or more) and no piece of
-#: PIECE_HINT characters between whitespace (where a random key could hide).
-DIGITS_HINT, PIECE_HINT = 7, 32
-# Every ID, card and phone number holds 7+ digits with at most two separators between two.
-_DIGIT_RUN = re.compile(rf"[0-9](?:[ ().+-]{{0,2}}[0-9]){{{DIGITS_HINT - 1}}}")
-# A piece of 32+ characters between whitespace (str.split's whitespace: the same test, Py_UNICODE_ISSPACE).
-_LONG_PIECE = re.compile(rf"\S{{{PIECE_HINT}}}")
-
-
-# Everything any mask below needs, looked for at once: most messages hold none of it. Literal
-# words are looked for with str's own search (an alternation of them costs the regex engine a
-# try of each at every character); digits, "@" and "_" with one character class.
-_CLASS_HINT = re.compile("[0-9@＠_]")
-_CASED_HINTS = tuple(h for h in _TOKEN_HINTS if h != "_")
-_LOWER_WORDS = (*_PASSWORD_WORDS, "bearer")
-
-
-#: A text holding none of these strings, compared case-insensitively, is one mask_pii() returns
-#: as it is (a caller that has searched the text for them already can skip the call, or pass
-#: what it found to mask_found()).
-PII_HINTS = frozenset((*"0123456789@＠_", *_CASED_HINTS, *_LOWER_WORDS))
-#: Every string some mask's first look tests for: PII_HINTS, and the words that, with a digit,
-#: make a code or key mask run. What mask_found() takes.
-MASK_HINTS = PII_HINTS | frozenset((*_CODE_WORDS, *_KEY_WORDS))
-_FOLDED_HINTS = frozenset(map(fold, PII_HINTS))
-_DIGITS = frozenset("0123456789")
-_FOLDED_TOKEN_HINTS = frozenset(map(fold, _TOKEN_HINTS))
-_PASSWORD_SET, _CODE_SET, _KEY_SET = map(frozenset, (_PASSWORD_WORDS, _CODE_WORDS, _KEY_WORDS))
-
 
 def mask_pii(text: str) -> str:
     """``text`` with passwords, secrets, e-mails, ID/card and phone numbers replaced by placeholders."""
-    if _CLASS_HINT.search(text) is None and not any(map(text.__contains__, _CASED_HINTS)) \
-            and not any(map(text.lower().__contains__, _LOWER_WORDS)):
-        return text
-    return _mask(text)
-
-
-def mask_found(text: str, found: frozenset[str]) -> str:
-    """mask_pii() for a caller that has searched ``text`` for MASK_HINTS already: ``found`` holds
-    those it holds, folded by memo_mw.needles.fold (more is fine: a hint there runs the masks it stands for, which
-    then find nothing; one missing would leave its masks unrun). The funnel's needle screen finds
-    them in its one pass over the message, so a message with a number in it costs no word search
-    here, and one with fewer than 7 digits no number search."""
-    if found.isdisjoint(_FOLDED_HINTS):
-        return text
-    digits = _DIGITS.intersection(found)
-    return _run_masks(text, bool(digits), not found.isdisjoint(_PASSWORD_SET), not found.isdisjoint(_CODE_SET),
-                      not found.isdisjoint(_KEY_SET), not found.isdisjoint(_FOLDED_TOKEN_HINTS), "bearer" in found,
-                      "@" in found or "＠" in found,
-                      # every ID, card and phone number holds 7 digits or more
-                      numbers=bool(digits) and sum(map(text.count, digits)) >= DIGITS_HINT)
-
-
-def _mask(text: str) -> str:
-    """mask_pii() without the first look: the patterns whose hints are there run (words compared
-    folded as the needle screen folds them, which is how the masks' case-insensitive patterns
-    match: "PİN 4821" holds "pin", as the code mask sees it)."""
-    has = fold(text).__contains__
-    return _run_masks(text, _DIGIT.search(text) is not None, any(map(has, _PASSWORD_WORDS)),
-                      any(map(has, _CODE_WORDS)), any(map(has, _KEY_WORDS)),
-                      any(map(text.__contains__, _TOKEN_HINTS)), has("bearer"), "@" in text or "＠" in text)
-
-
-def _run_masks(text: str, digit: bool, password: bool, code: bool, key: bool, token: bool, bearer: bool,
-               at: bool, *, numbers: bool = True) -> str:
-    """The masks whose hints the text holds, in order: ``digit``, whether it holds one; the others,
-    whether it holds a word or character of that mask's; ``numbers``, False when the number
-    masks surely find nothing even with a digit there."""
-    masks: list[_Mask] = []
-    if password:
-        masks.extend(_PASSWORDS)
-    if digit and code:
-        masks.extend(_CODES)
-    if digit and key:
-        masks.extend(_KEYS)
-    if token:
-        masks.extend(_TOKENS)
-    if bearer:
-        masks.extend(_BEARERS)
-    if at:
-        masks.extend(_EMAILS)
-    # A run of 32 key characters lies inside one whitespace-separated piece of 32 or more.
-    if digit and len(text) >= PIECE_HINT and _LONG_PIECE.search(text) is not None:
-        masks.extend(_RANDOMS)
-    if digit and numbers and _DIGIT_RUN.search(text) is not None:
-        masks.extend(_NUMBERS)
-    for pattern, replacement in masks:
-        # Not letting go of the GIL (the regex module's default): in a threaded server each
-        # hand-off costs more than the match.
-        text = pattern.sub(replacement, text, concurrent=False) if isinstance(pattern, regex.Pattern) \
-            else pattern.sub(replacement, text)
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
     return text

@@ -13,64 +13,28 @@ backtracking costs a bounded amount of time and is logged, never hangs a request
 
 from __future__ import annotations
 
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import regex
-import yaml
 
 from . import defaults
 from .exceptions import RulesError
+from .rules_check import Examples, read_examples, template_fields, wrong_examples
+from .rules_yaml import META_KEYS, Reporter, compile_pattern, list_of, positive_int, read_yaml, strings
 
 MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
 FORGET_SCOPES = ("all", "match")
 
-_TOP_KEYS = {
+TOP_KEYS = frozenset({
     "version", "language", "max_length", "max_capture", "fillers", "trailing", "key_prefixes",
     "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive", "topics",
-}
-_TRIGGER_KEYS = {"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days", "examples",
-                 "pronouns", "requires"}
-_GATE_KEYS = {"id", "pattern", "reason", "scope", "examples"}
-
-
-class _LineLoader(yaml.SafeLoader):
-    """A safe YAML loader that remembers lines, for error messages.
-
-    Every mapping gets ``__line__`` (where it starts) and ``__lines__`` (the line of each
-    key); a key given twice in one mapping, which plain YAML silently resolves to the
-    last value, is recorded in ``duplicate_keys``.
-    """
-
-    def __init__(self, stream):
-        super().__init__(stream)
-        self.duplicate_keys: list[tuple[int, str, str | None]] = []
-
-    def construct_mapping(self, node, deep=False):
-        lines: dict[Any, int] = {}
-        if isinstance(node, yaml.MappingNode):
-            owner = next((v.value for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "id"
-                          and isinstance(v, yaml.ScalarNode)), None)
-            for key_node, _ in node.value:
-                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
-                    key = self.construct_object(key_node)
-                    if key in lines:
-                        self.duplicate_keys.append((key_node.start_mark.line + 1, str(key), owner))
-                    lines.setdefault(key, key_node.start_mark.line + 1)
-        mapping = super().construct_mapping(node, deep=deep)
-        mapping["__line__"] = node.start_mark.line + 1
-        mapping["__lines__"] = lines
-        return mapping
-
-
-_META_KEYS = {"__line__", "__lines__"}
-
-#: A rule's ``examples``: sentences its pattern must match, and must not match, with the line
-#: of the rule for error messages. Checked by ``memo-mw rules check``, not at start-up.
-Examples = Optional[tuple[tuple[str, ...], tuple[str, ...], Optional[int]]]
+})
+TRIGGER_KEYS = frozenset({"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days",
+                          "examples", "pronouns", "requires"})
+GATE_KEYS = frozenset({"id", "pattern", "reason", "scope", "examples"})
 
 
 @dataclass(frozen=True)
@@ -199,7 +163,7 @@ def check_rules(paths: str | Sequence[str] | None = None) -> list[str]:
 
 def _load_all(paths: str | Sequence[str] | None) -> tuple[RuleSet, list[str]]:
     """The rules that compiled, and the problems of the rest."""
-    files = _expand(paths)
+    files = expand_paths(paths)
     problems: list[str] = []
     compiled: list[RuleFile] = []
     seen_ids: dict[str, str] = {}
@@ -210,7 +174,7 @@ def _load_all(paths: str | Sequence[str] | None) -> tuple[RuleSet, list[str]]:
     return RuleSet(files=compiled, paths=files), problems
 
 
-def _expand(paths: str | Sequence[str] | None) -> list[str]:
+def expand_paths(paths: str | Sequence[str] | None) -> list[str]:
     if paths is None:
         return default_rule_paths()
     if isinstance(paths, (str, Path)):
@@ -227,152 +191,77 @@ def _expand(paths: str | Sequence[str] | None) -> list[str]:
     return out
 
 
-_NEAR_ID = regex.compile(r"""^\s*(?:-\s*)?id\s*:\s*['"]?([^'"\s#]+)""")
-
-
-def _nearest_id(text: str, line: int) -> str | None:
-    """The id of the rule written at or above ``line`` (1-based), to name it in a YAML syntax error."""
-    lines = text.splitlines()[:line]
-    for raw in reversed(lines):
-        match = _NEAR_ID.match(raw)
-        if match:
-            return match.group(1)
-    return None
-
-
 def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> RuleFile | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+    data = read_yaml(path, problems)
+    if data is None:
         return None
-    except UnicodeDecodeError as exc:
-        problems.append(f"{path}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})")
-        return None
-    loader = _LineLoader(text)
-    try:
-        data = loader.get_single_data()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        # The rule being written where the broken construct began (a "[" never closed...).
-        start = context_mark or mark
-        near = _nearest_id(text, start.line + 1) if start else None
-        detail = f" ({context} that started at line {context_mark.line + 1})" if context and context_mark else ""
-        problems.append(f"{where}: {near + ': ' if near else ''}invalid YAML: "
-                        f"{getattr(exc, 'problem', None) or exc}{detail}")
-        return None
-    finally:
-        loader.dispose()
-    if not isinstance(data, dict):
-        problems.append(f"{path}:1: the file must be a mapping of rule sections, not {type(data).__name__}")
-        return None
-
-    def report(node: Any, rule_id: str | None, problem: str, key: str | None = None) -> None:
-        line = None
-        if isinstance(node, dict):
-            line = (node.get("__lines__") or {}).get(key) if key is not None else None
-            line = line or node.get("__line__")
-        where = f"{path}:{line}" if line else path
-        problems.append(f"{where}: {rule_id + ': ' if rule_id else ''}{problem}")
-
-    for line, key, owner in loader.duplicate_keys:
-        problems.append(f"{path}:{line}: {owner + ': ' if owner else ''}key {key!r} given twice "
-                        "(YAML would silently keep the last one)")
-    for key in sorted(set(data) - _TOP_KEYS - _META_KEYS, key=str):
-        report(data, None, f"unknown section {key!r} (known: {', '.join(sorted(_TOP_KEYS))})", key=key)
+    report = Reporter(path, problems)
+    for key in sorted(set(data) - TOP_KEYS - META_KEYS, key=str):
+        report(data, None, f"unknown section {key!r} (known: {', '.join(sorted(TOP_KEYS))})", key=key)
     if data.get("version", 1) != 1:
         report(data, None, f"version {data.get('version')!r} is not supported (this memo-mw reads version 1)",
                key="version")
-    language = data.get("language", Path(path).stem)
     rule_file = RuleFile(
         path=path,
-        language=str(language),
-        max_length=_positive_int(data, "max_length", defaults.MAX_MESSAGE_CHARS, report),
-        max_capture=_positive_int(data, "max_capture", defaults.MAX_CAPTURE_CHARS, report),
+        language=str(data.get("language", Path(path).stem)),
+        max_length=positive_int(data, "max_length", defaults.MAX_MESSAGE_CHARS, report),
+        max_capture=positive_int(data, "max_capture", defaults.MAX_CAPTURE_CHARS, report),
+        # (In the order of the problems they report.)
+        topics=_topics(data, report),
+        key_prefixes=tuple(t.strip().casefold() for t in strings(data, "key_prefixes", report)),
+        trailing=strings(data, "trailing", report),
+        fillers=_fillers(data, report),
+        pronouns=_pronouns(data, report),
     )
-    topics = data.get("topics") or {}
-    if not isinstance(topics, dict):
-        report(data, None, "topics must be a mapping of topic name: [words]", key="topics")
-    else:
-        for name, words in topics.items():
-            if name in _META_KEYS:
-                continue
-            if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
-                report(topics, None, f"topic {name!r} must be a list of non-empty strings", key=name)
-                continue
-            rule_file.topics[str(name)] = tuple(w.strip().casefold() for w in words)
-    rule_file.key_prefixes = tuple(t.strip().casefold() for t in _strings(data, "key_prefixes", report))
-    rule_file.trailing = _strings(data, "trailing", report)
-    for i, pattern in enumerate(_list(data, "fillers", report)):
-        compiled = _compile(pattern, f"fillers[{i}]", data, report, key="fillers")
-        if compiled is not None:
-            rule_file.fillers.append(compiled)
-    pronouns = data.get("pronouns") or {}
-    if not isinstance(pronouns, dict):
-        report(data, None, "pronouns must be a mapping of word: replacement", key="pronouns")
-    else:
-        for word, repl in pronouns.items():
-            if word in _META_KEYS:
-                continue
-            word = str(word)
-            # A Latin word is replaced only as a whole word ("my", not "myth"); Chinese has no
-            # word boundaries, so a CJK entry is replaced wherever it occurs.
-            bounded = rf"(?<!\w){regex.escape(word)}(?!\w)" if word.isascii() else regex.escape(word)
-            rule_file.pronouns.append((regex.compile(bounded, regex.IGNORECASE), "" if repl is None else str(repl)))
-
     for section in ("negative", "sensitive", "forget", "recall_all"):
-        for index, node in enumerate(_list(data, section, report)):
+        for index, node in enumerate(list_of(data, section, report)):
             gate = _gate(node, section, index, data, path, report, seen_ids)
             if gate is not None:
                 getattr(rule_file, section).append(gate)
-    for index, node in enumerate(_list(data, "triggers", report)):
+    for index, node in enumerate(list_of(data, "triggers", report)):
         trigger = _trigger(node, index, data, rule_file, report, seen_ids)
         if trigger is not None:
             rule_file.triggers.append(trigger)
     return rule_file
 
 
-def _list(data: dict, key: str, report) -> list:
-    value = data.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        report(data, None, f"{key} must be a list", key=key)
-        return []
-    return value
+def _topics(data: dict, report: Reporter) -> dict[str, tuple[str, ...]]:
+    topics = data.get("topics") or {}
+    if not isinstance(topics, dict):
+        report(data, None, "topics must be a mapping of topic name: [words]", key="topics")
+        return {}
+    out = {}
+    for name, words in topics.items():
+        if name in META_KEYS:
+            continue
+        if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
+            report(topics, None, f"topic {name!r} must be a list of non-empty strings", key=name)
+            continue
+        out[str(name)] = tuple(w.strip().casefold() for w in words)
+    return out
 
 
-def _strings(data: dict, key: str, report) -> tuple[str, ...]:
-    """A section that is a list of non-empty strings; other entries are reported and left out."""
+def _fillers(data: dict, report: Reporter) -> list[regex.Pattern]:
+    compiled = [compile_pattern(pattern, f"fillers[{i}]", data, report, key="fillers")
+                for i, pattern in enumerate(list_of(data, "fillers", report))]
+    return [pattern for pattern in compiled if pattern is not None]
+
+
+def _pronouns(data: dict, report: Reporter) -> list[tuple[regex.Pattern, str]]:
+    pronouns = data.get("pronouns") or {}
+    if not isinstance(pronouns, dict):
+        report(data, None, "pronouns must be a mapping of word: replacement", key="pronouns")
+        return []
     out = []
-    for item in _list(data, key, report):
-        if isinstance(item, str) and item.strip():
-            out.append(item)
-        else:
-            report(data, None, f"{key} entries must be non-empty strings, not {item!r} (quote it)", key=key)
-    return tuple(out)
-
-
-def _positive_int(data: dict, key: str, default: int, report) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        report(data, None, f"{key} must be a positive integer, not {value!r}", key=key)
-        return default
-    return value
-
-
-def _compile(pattern: Any, rule_id: str, node: Any, report, key: str = "pattern") -> regex.Pattern | None:
-    if not isinstance(pattern, str) or not pattern:
-        report(node, rule_id, f"pattern must be a non-empty string, not {pattern!r}", key=key)
-        return None
-    try:
-        return regex.compile(pattern, regex.V0 | regex.IGNORECASE)
-    except regex.error as exc:
-        report(node, rule_id, f"pattern does not compile: {exc}", key=key)
-        return None
+    for word, repl in pronouns.items():
+        if word in META_KEYS:
+            continue
+        word = str(word)
+        # A Latin word is replaced only as a whole word ("my", not "myth"); Chinese has no
+        # word boundaries, so a CJK entry is replaced wherever it occurs.
+        bounded = rf"(?<!\w){regex.escape(word)}(?!\w)" if word.isascii() else regex.escape(word)
+        out.append((regex.compile(bounded, regex.IGNORECASE), "" if repl is None else str(repl)))
+    return out
 
 
 def _rule_id(node: Any, section: str, index: int, data: dict, report, seen_ids: dict[str, str],
@@ -393,8 +282,8 @@ def _rule_id(node: Any, section: str, index: int, data: dict, report, seen_ids: 
     return rule_id
 
 
-def _unknown_keys(node: dict, allowed: set[str], rule_id: str, report) -> None:
-    for key in sorted(set(node) - allowed - _META_KEYS, key=str):
+def _unknown_keys(node: dict, allowed: frozenset[str], rule_id: str, report) -> None:
+    for key in sorted(set(node) - allowed - META_KEYS, key=str):
         report(node, rule_id, f"unknown key {key!r} (known: {', '.join(sorted(allowed))})", key=key)
 
 
@@ -402,8 +291,8 @@ def _gate(node: Any, section: str, index: int, data: dict, path: str, report, se
     rule_id = _rule_id(node, section, index, data, report, seen_ids, path)
     if rule_id is None:
         return None
-    _unknown_keys(node, _GATE_KEYS, rule_id, report)
-    pattern = _compile(node.get("pattern"), rule_id, node, report)
+    _unknown_keys(node, GATE_KEYS, rule_id, report)
+    pattern = compile_pattern(node.get("pattern"), rule_id, node, report)
     scope = node.get("scope", "all" if section == "forget" else "sentence")
     if section == "forget":
         if scope not in FORGET_SCOPES:
@@ -425,16 +314,16 @@ def _gate(node: Any, section: str, index: int, data: dict, path: str, report, se
     if pattern is None:
         return None
     return Gate(id=rule_id, pattern=pattern, reason=str(node.get("reason", section)), scope=scope, source=path,
-                examples=_examples(node, rule_id, report))
+                examples=read_examples(node, rule_id, report))
 
 
 def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, seen_ids) -> Trigger | None:
     rule_id = _rule_id(node, "triggers", index, data, report, seen_ids, rule_file.path)
     if rule_id is None:
         return None
-    _unknown_keys(node, _TRIGGER_KEYS, rule_id, report)
+    _unknown_keys(node, TRIGGER_KEYS, rule_id, report)
     ok = True
-    pattern = _compile(node.get("pattern"), rule_id, node, report)
+    pattern = compile_pattern(node.get("pattern"), rule_id, node, report)
     mem_type = node.get("type")
     if mem_type not in MEMORY_TYPES:
         report(node, rule_id, f"type must be one of {', '.join(MEMORY_TYPES)}, not {mem_type!r}", key="type")
@@ -462,80 +351,20 @@ def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, see
         ok = False
     summary = node.get("summary")
     key = node.get("key", "{what}")
-    summary_fields: tuple[str, ...] = ()
-    for name, template in (("summary", summary), ("key", key)):
-        if not isinstance(template, str) or not template.strip():
-            report(node, rule_id, f"{name} must be a non-empty template string", key=name)
-            ok = False
-        elif pattern is not None:
-            fields = _template_fields(template, name, rule_id, node, report)
-            if name == "summary":
-                summary_fields = tuple(fields)
-            for field_name in fields:
-                if field_name not in pattern.groupindex:
-                    report(node, rule_id, f"{name} uses {{{field_name}}} but the pattern has no group "
-                           f"(?P<{field_name}>...)", key=name)
-                    ok = False
+    summary_fields = template_fields(summary, key, pattern, rule_id, node, report)
+    ok = ok and summary_fields is not None
     if pattern is None or not ok:
         return None
     return Trigger(
         id=rule_id, pattern=pattern, type=mem_type, polarity=polarity, summary=summary, key=key,
-        summary_fields=summary_fields, pronouns=pronouns is not False,
+        summary_fields=summary_fields or (), pronouns=pronouns is not False,
         requires=tuple(w.strip().casefold() for w in requires),
         confidence=float(confidence), ttl_days=float(ttl) if ttl is not None else None,
-        language=rule_file.language, source=rule_file.path, examples=_examples(node, rule_id, report),
+        language=rule_file.language, source=rule_file.path, examples=read_examples(node, rule_id, report),
     )
-
-
-def _examples(node: dict, rule_id: str, report) -> Examples:
-    value = node.get("examples")
-    if value is None:
-        return None
-    lists = {}
-    if isinstance(value, dict):
-        for name in ("match", "no_match"):
-            items = value.get(name) or []
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                break
-            lists[name] = tuple(items)
-        else:
-            if not set(value) - _META_KEYS - {"match", "no_match"}:
-                return lists["match"], lists["no_match"], node.get("__line__")
-    report(node, rule_id, "examples must be {match: [sentences], no_match: [sentences]}", key="examples")
-    return None
 
 
 def example_problems(rules: RuleSet) -> list[str]:
     """Examples a rule's pattern gets wrong, as ``file:line: rule id: problem`` strings."""
-    problems = []
-    for rule_file in rules.files:
-        rules_of_file = [*rule_file.triggers, *rule_file.negative, *rule_file.sensitive, *rule_file.forget,
-                         *rule_file.recall_all]
-        for rule in rules_of_file:
-            if rule.examples is None:
-                continue
-            should, should_not, line = rule.examples
-            where = f"{rule_file.path}:{line}" if line else rule_file.path
-            for sentence, wanted in [(x, True) for x in should] + [(x, False) for x in should_not]:
-                try:
-                    found = rule.pattern.search(sentence, timeout=1.0) is not None
-                except TimeoutError:
-                    problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "
-                                    "(catastrophic backtracking?)")
-                    continue
-                if found != wanted:
-                    problem = "example does not match" if wanted else "no_match example matches"
-                    problems.append(f"{where}: {rule.id}: {problem}: {sentence!r}")
-    return problems
-
-
-def _template_fields(template: str, name: str, rule_id: str, node, report) -> list[str]:
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        report(node, rule_id, f"{name} is not a valid template: {exc}", key=name)
-        return []
-    for _, field_name, spec, _ in parsed:
-        if field_name is not None and spec not in ("", "3sg"):
-            report(node, rule_id, f"{name} uses an unknown format spec {spec!r} (known: 3sg)", key=name)
-    return [f for _, f, _, _ in parsed if f is not None]
+    return [problem for f in rules.files for problem in wrong_examples(
+        f.path, [*f.triggers, *f.negative, *f.sensitive, *f.forget, *f.recall_all])]

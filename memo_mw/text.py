@@ -6,49 +6,24 @@ stemming) and overlapping character bigrams (plus single characters) for CJK tex
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
-import re
 import unicodedata
-from typing import Any
 
 import regex
 
-try:  # the analysis of an ASCII text in C (memo_mw/_speedups.c), when it was built
-    from . import _speedups
-except ImportError:  # no compiler at install time: the Python code below, which it mirrors
-    _speedups = None
-if os.environ.get("MEMO_MW_PURE_PYTHON"):  # for comparisons: the Python code whatever was built
-    _speedups = None
-
-try:  # JSON encoding in a tenth of the standard library's time (where it is installed)
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - a platform without its wheel: the standard library
-    _orjson = None
-
 
 def json_utf8(value: object) -> bytes:
-    """``value`` as compact UTF-8 JSON (non-ASCII text as is). By orjson, or by the standard library
-    for what orjson refuses: an integer beyond 64 bits, a lone surrogate (from a ``\\ud800``
-    escape), nesting deeper than 255, a key that is not a string. A lone surrogate has no UTF-8
-    form: then the text is escaped (ASCII JSON, the same value)."""
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(value)
-        except TypeError:  # orjson.JSONEncodeError
-            pass
+    """``value`` as compact UTF-8 JSON (non-ASCII text as is). A lone surrogate (from a ``\\ud800``
+    escape) has no UTF-8 form: then the text is escaped (ASCII JSON, the same value)."""
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:
         return json.dumps(value, separators=(",", ":")).encode("ascii")
 
+
 _PUNCT = regex.compile(r"[\p{P}\p{S}\s]+")
 _LATIN_WORD = regex.compile(r"[\p{Latin}\p{N}][\p{Latin}\p{N}'’]*")
-# _LATIN_WORD on case-folded ASCII text (where Latin letters are a-z and numbers 0-9): the
-# standard library's engine finds these in half the time.
-_ASCII_WORD = re.compile(r"[a-z0-9][a-z0-9']*")
 _HAN_RUN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]+")
 _LEADING_DETERMINERS = regex.compile(r"^(?:(?:a|an|the|some|my)\s+)+", regex.IGNORECASE)
 
@@ -70,17 +45,17 @@ HAN_STOP_BIGRAMS = frozenset(
 
 def nfkc(text: str) -> str:
     """Unicode NFKC: full-width letters, digits and punctuation become their ASCII forms."""
-    return text if text.isascii() else unicodedata.normalize("NFKC", text)
+    return unicodedata.normalize("NFKC", text)
 
 
 def normalize(text: str) -> str:
     """NFKC, case-folded, punctuation removed, whitespace collapsed: the form compared for equality."""
-    return " ".join(_PUNCT.sub(" ", nfkc(text).casefold(), concurrent=False).split())
+    return " ".join(_PUNCT.sub(" ", nfkc(text).casefold()).split())
 
 
 def memory_key(text: str) -> str:
     """The slot a memory fills: normalised, without leading determiners ("the", "my", ...)."""
-    return _LEADING_DETERMINERS.sub("", normalize(text), concurrent=False).strip()
+    return _LEADING_DETERMINERS.sub("", normalize(text)).strip()
 
 
 def stem(word: str) -> str:
@@ -104,7 +79,6 @@ def stem(word: str) -> str:
 _CLITICS = frozenset({"s", "re", "ve", "ll", "d", "m", ""})
 
 
-@functools.lru_cache(maxsize=4096)
 def _word_token(word: str) -> str | None:
     """A Latin word's token (stemmed), or None for a stopword or a single letter."""
     word = word.replace("’", "'")
@@ -124,41 +98,12 @@ def _stemmed_token(word: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
 def tokens(text: str) -> frozenset[str]:
-    """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams.
-
-    Cached (a few thousand texts): memory lines are tokenised again as long as they are used.
-    """
-    text = nfkc(text).casefold()
-    if text.isascii():
-        if _speedups is not None:  # the same tokens, in C (memo_mw/_speedups.c)
-            return _speedups.ascii_analysis(text, _stopwords_lexicon())[0]
-        return ascii_tokens(text)[0]
-    return _any_tokens(text)
-
-
-@functools.lru_cache(maxsize=None)
-def _stopwords_lexicon() -> Any:
-    """The stopwords as memo_mw._speedups.ascii_analysis() reads them (made once)."""
-    return _speedups.Lexicon(STOPWORDS, None, None, None)
-
-
-def ascii_tokens(folded: str) -> tuple[frozenset[str], list[str]]:
-    """tokens() of a case-folded ASCII text (no CJK, the words found as _any_tokens() finds them),
-    and those words (runs of letters, digits and apostrophes, from a letter or digit on: split at
-    the apostrophes, the runs of letters and digits that the topic tagger reads)."""
-    words = _ASCII_WORD.findall(folded)
-    out = set(map(_word_token, words))
+    """Lexical tokens for matching: stemmed Latin words and CJK characters and bigrams."""
+    folded = nfkc(text).casefold()
+    out = set(map(_word_token, _LATIN_WORD.findall(folded)))
     out.discard(None)
-    return frozenset(out), words
-
-
-def _any_tokens(folded: str) -> frozenset[str]:
-    """tokens() of any NFKC, case-folded text."""
-    out = set(map(_word_token, _LATIN_WORD.findall(folded, concurrent=False)))
-    out.discard(None)
-    for run in _HAN_RUN.findall(folded, concurrent=False):
+    for run in _HAN_RUN.findall(folded):
         out.update(c for c in run if c not in HAN_STOP)
         out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
     return frozenset(out)
@@ -171,7 +116,7 @@ def apostrophe_tokens(text: str) -> frozenset[str]:
     folded = nfkc(text).casefold()  # (a full-width apostrophe is one after NFKC)
     if "'" not in folded and "’" not in folded:
         return frozenset()
-    words = _LATIN_WORD.findall(folded, concurrent=False)
+    words = _LATIN_WORD.findall(folded)
     out = {_stemmed_token(w.replace("’", "'")) for w in words if "'" in w or "’" in w}
     out.discard(None)
     return frozenset(out)

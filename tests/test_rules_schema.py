@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from memo_mw import defaults
-from memo_mw.rules import _GATE_KEYS, _TOP_KEYS, _TRIGGER_KEYS, FORGET_SCOPES, MEMORY_TYPES, default_rule_paths
+from memo_mw.rules import FORGET_SCOPES, GATE_KEYS, MEMORY_TYPES, TOP_KEYS, TRIGGER_KEYS, default_rule_paths
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 SCHEMA_PATH = DOCS / "rules.schema.json"
@@ -36,13 +36,13 @@ def test_schema_is_json_of_draft_2020_12(schema):
 
 
 def test_top_level_keys_match_the_loader(schema):
-    assert set(schema["properties"]) == _TOP_KEYS
+    assert set(schema["properties"]) == TOP_KEYS
     assert schema["additionalProperties"] is False  # the loader reports unknown sections
 
 
 def test_trigger_keys_match_the_loader(schema):
     trigger = schema["$defs"]["trigger"]
-    assert set(trigger["properties"]) == _TRIGGER_KEYS
+    assert set(trigger["properties"]) == TRIGGER_KEYS
     assert trigger["additionalProperties"] is False
     # The loader refuses a trigger without these (key defaults to '{what}', polarity to 1).
     assert set(trigger["required"]) == {"id", "pattern", "type", "summary"}
@@ -51,7 +51,7 @@ def test_trigger_keys_match_the_loader(schema):
 @pytest.mark.parametrize("name", ["gate", "forgetGate"])
 def test_gate_keys_match_the_loader(schema, name):
     gate = schema["$defs"][name]
-    assert set(gate["properties"]) == _GATE_KEYS
+    assert set(gate["properties"]) == GATE_KEYS
     assert gate["additionalProperties"] is False
     assert set(gate["required"]) == {"id", "pattern"}
 
@@ -130,7 +130,7 @@ def test_shipped_rules_validate_against_the_schema(schema):
 
 def test_reference_mentions_every_accepted_key():
     text = REFERENCE_PATH.read_text(encoding="utf-8")
-    keys = _TOP_KEYS | _TRIGGER_KEYS | _GATE_KEYS | EXAMPLE_KEYS
+    keys = TOP_KEYS | TRIGGER_KEYS | GATE_KEYS | EXAMPLE_KEYS
     # Written as code (`key`), so a word of prose ("the key", "a type") does not count.
     missing = sorted(k for k in keys if not re.search(rf"`{re.escape(k)}(?:[`:])", text))
     assert not missing, f"docs/rules.md does not mention: {', '.join(missing)}"

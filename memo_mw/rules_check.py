@@ -1,0 +1,90 @@
+"""The checks of a rule beyond its YAML types: its templates' fields, and its examples.
+
+A rule's ``examples`` are sentences its pattern must match, and must not match; ``memo-mw
+rules check`` runs them (and a reload: :mod:`memo_mw.reload`), start-up does not.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, Optional
+
+import regex
+
+from .rules_yaml import META_KEYS, Reporter
+
+#: A rule's ``examples``: the sentences it must match, those it must not, and the line of the rule.
+Examples = Optional[tuple[tuple[str, ...], tuple[str, ...], Optional[int]]]
+
+
+def template_fields(summary: Any, key: Any, pattern: regex.Pattern | None, rule_id: str, node: dict,
+                    report: Reporter) -> tuple[str, ...] | None:
+    """The groups a trigger's summary uses (each must capture something); None, reported, when
+    the summary or key template is not one, or uses a group the pattern does not have."""
+    summary_fields: tuple[str, ...] | None = ()
+    for name, template in (("summary", summary), ("key", key)):
+        if not isinstance(template, str) or not template.strip():
+            report(node, rule_id, f"{name} must be a non-empty template string", key=name)
+            summary_fields = None
+        elif pattern is not None:
+            fields = _fields(template, name, rule_id, node, report)
+            if name == "summary" and summary_fields is not None:
+                summary_fields = tuple(fields)
+            for field_name in fields:
+                if field_name not in pattern.groupindex:
+                    report(node, rule_id, f"{name} uses {{{field_name}}} but the pattern has no group "
+                           f"(?P<{field_name}>...)", key=name)
+                    summary_fields = None
+    return summary_fields
+
+
+def _fields(template: str, name: str, rule_id: str, node: dict, report: Reporter) -> list[str]:
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        report(node, rule_id, f"{name} is not a valid template: {exc}", key=name)
+        return []
+    for _, field_name, spec, _ in parsed:
+        if field_name is not None and spec not in ("", "3sg"):
+            report(node, rule_id, f"{name} uses an unknown format spec {spec!r} (known: 3sg)", key=name)
+    return [f for _, f, _, _ in parsed if f is not None]
+
+
+def read_examples(node: dict, rule_id: str, report: Reporter) -> Examples:
+    """A rule's ``examples`` as read (None without them, or reported when they are no such mapping)."""
+    value = node.get("examples")
+    if value is None:
+        return None
+    lists = {}
+    if isinstance(value, dict):
+        for name in ("match", "no_match"):
+            items = value.get(name) or []
+            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+                break
+            lists[name] = tuple(items)
+        else:
+            if not set(value) - META_KEYS - {"match", "no_match"}:
+                return lists["match"], lists["no_match"], node.get("__line__")
+    report(node, rule_id, "examples must be {match: [sentences], no_match: [sentences]}", key="examples")
+    return None
+
+
+def wrong_examples(path: str, rules: list[Any]) -> list[str]:
+    """The examples these rules (of the file at ``path``) get wrong, as ``file:line: rule id: problem``."""
+    problems = []
+    for rule in rules:
+        if rule.examples is None:
+            continue
+        should, should_not, line = rule.examples
+        where = f"{path}:{line}" if line else path
+        for sentence, wanted in [(x, True) for x in should] + [(x, False) for x in should_not]:
+            try:
+                found = rule.pattern.search(sentence, timeout=1.0) is not None
+            except TimeoutError:
+                problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "
+                                "(catastrophic backtracking?)")
+                continue
+            if found != wanted:
+                problem = "example does not match" if wanted else "no_match example matches"
+                problems.append(f"{where}: {rule.id}: {problem}: {sentence!r}")
+    return problems

@@ -1,0 +1,152 @@
+"""Reading rule files: YAML that remembers where each thing was written, and the checks of
+single values, each problem reported as ``file:line: rule id: problem``.
+
+Every mapping read gets ``__line__`` (where it starts) and ``__lines__`` (the line of each key).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import regex
+import yaml
+
+#: The keys read_yaml() adds to every mapping.
+META_KEYS = frozenset({"__line__", "__lines__"})
+
+
+class _LineLoader(yaml.SafeLoader):
+    """A safe YAML loader that remembers lines. A key given twice in one mapping, which plain
+    YAML silently resolves to the last value, is recorded in ``duplicate_keys``."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.duplicate_keys: list[tuple[int, str, str | None]] = []
+
+    def construct_mapping(self, node, deep=False):
+        lines: dict[Any, int] = {}
+        if isinstance(node, yaml.MappingNode):
+            owner = next((v.value for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == "id"
+                          and isinstance(v, yaml.ScalarNode)), None)
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                    key = self.construct_object(key_node)
+                    if key in lines:
+                        self.duplicate_keys.append((key_node.start_mark.line + 1, str(key), owner))
+                    lines.setdefault(key, key_node.start_mark.line + 1)
+        mapping = super().construct_mapping(node, deep=deep)
+        mapping["__line__"] = node.start_mark.line + 1
+        mapping["__lines__"] = lines
+        return mapping
+
+
+_NEAR_ID = regex.compile(r"""^\s*(?:-\s*)?id\s*:\s*['"]?([^'"\s#]+)""")
+
+
+def _nearest_id(text: str, line: int) -> str | None:
+    """The id of the rule written at or above ``line`` (1-based), to name it in a YAML syntax error."""
+    lines = text.splitlines()[:line]
+    for raw in reversed(lines):
+        match = _NEAR_ID.match(raw)
+        if match:
+            return match.group(1)
+    return None
+
+
+def read_yaml(path: str, problems: list[str]) -> dict | None:
+    """The mapping of rule sections in the file at ``path``, lines remembered; None, with the
+    problems appended to ``problems``, when it cannot be read as one."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        problems.append(f"{path}: cannot read: {exc.strerror or exc}")
+        return None
+    except UnicodeDecodeError as exc:
+        problems.append(f"{path}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})")
+        return None
+    loader = _LineLoader(text)
+    try:
+        data = loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        # The rule being written where the broken construct began (a "[" never closed...).
+        start = context_mark or mark
+        near = _nearest_id(text, start.line + 1) if start else None
+        detail = f" ({context} that started at line {context_mark.line + 1})" if context and context_mark else ""
+        problems.append(f"{where}: {near + ': ' if near else ''}invalid YAML: "
+                        f"{getattr(exc, 'problem', None) or exc}{detail}")
+        return None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        problems.append(f"{path}:1: the file must be a mapping of rule sections, not {type(data).__name__}")
+        return None
+    for line, key, owner in loader.duplicate_keys:
+        problems.append(f"{path}:{line}: {owner + ': ' if owner else ''}key {key!r} given twice "
+                        "(YAML would silently keep the last one)")
+    return data
+
+
+class Reporter:
+    """Appends the problems of one rule file to a list, each as ``file:line: rule id: problem``."""
+
+    def __init__(self, path: str, problems: list[str]):
+        self.path = path
+        self.problems = problems
+
+    def __call__(self, node: Any, rule_id: str | None, problem: str, key: str | None = None) -> None:
+        """Report ``problem`` at ``node`` (a mapping read by read_yaml), at the line of its ``key``
+        if given, else where the mapping starts."""
+        line = None
+        if isinstance(node, dict):
+            line = (node.get("__lines__") or {}).get(key) if key is not None else None
+            line = line or node.get("__line__")
+        where = f"{self.path}:{line}" if line else self.path
+        self.problems.append(f"{where}: {rule_id + ': ' if rule_id else ''}{problem}")
+
+
+def list_of(data: dict, key: str, report: Reporter) -> list:
+    """The list under ``key`` (empty when it is not there; reported when it is not a list)."""
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        report(data, None, f"{key} must be a list", key=key)
+        return []
+    return value
+
+
+def strings(data: dict, key: str, report: Reporter) -> tuple[str, ...]:
+    """A section that is a list of non-empty strings; other entries are reported and left out."""
+    out = []
+    for item in list_of(data, key, report):
+        if isinstance(item, str) and item.strip():
+            out.append(item)
+        else:
+            report(data, None, f"{key} entries must be non-empty strings, not {item!r} (quote it)", key=key)
+    return tuple(out)
+
+
+def positive_int(data: dict, key: str, default: int, report: Reporter) -> int:
+    """The positive integer under ``key``, or ``default`` (reported when it is something else)."""
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        report(data, None, f"{key} must be a positive integer, not {value!r}", key=key)
+        return default
+    return value
+
+
+def compile_pattern(pattern: Any, rule_id: str, node: Any, report: Reporter, key: str = "pattern"
+                    ) -> regex.Pattern | None:
+    """A rule's pattern compiled as every pattern is: case-insensitive; None when it cannot be."""
+    if not isinstance(pattern, str) or not pattern:
+        report(node, rule_id, f"pattern must be a non-empty string, not {pattern!r}", key=key)
+        return None
+    try:
+        return regex.compile(pattern, regex.V0 | regex.IGNORECASE)
+    except regex.error as exc:
+        report(node, rule_id, f"pattern does not compile: {exc}", key=key)
+        return None

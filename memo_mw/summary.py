@@ -1,0 +1,119 @@
+"""What a matched trigger says: its one-line summary and the memory key (slot) it fills.
+
+The trigger's groups are tidied first (edge punctuation off, trailing particles off the
+remembered phrase, first person turned to third by the file's pronoun map), then rendered
+into the rule's ``summary`` and ``key`` templates. The template spec ``3sg`` turns the
+first word of a value into an English third-person verb (``{what:3sg}``: "run" -> "runs").
+"""
+
+from __future__ import annotations
+
+import string
+
+import regex
+
+from .rules import RuleFile, Trigger
+from .text import memory_key
+
+# Edge punctuation, except the brackets of PII placeholders such as "[email]".
+_EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
+_SPACES = regex.compile(r"\s+")
+_IRREGULAR = {"have": "has", "be": "is", "am": "is", "do": "does", "go": "goes", "can": "can",
+              "will": "will", "must": "must", "should": "should", "may": "may", "might": "might"}
+
+
+def summarize(trigger: Trigger, rule_file: RuleFile, groups: dict[str, str | None]) -> tuple[str, str] | None:
+    """The summary and memory key of a match with these ``groups``; None when nothing usable was
+    captured (a group the summary needs is empty, the phrase is too long, nothing is left)."""
+    values = {name: tidy(value or "", rule_file, particles=(name == "what"), pronouns=trigger.pronouns)
+              for name, value in groups.items()}
+    if any(not values.get(name) for name in trigger.summary_fields):
+        return None
+    if len(values.get("what", "")) > rule_file.max_capture:
+        return None
+    content = _SPACES.sub(" ", render(trigger.summary, values)).strip()
+    key = strip_key_prefixes(memory_key(render(trigger.key, values)), rule_file.key_prefixes)
+    if not content or not key:
+        return None
+    return content, key
+
+
+def strip_edge_punct(text: str) -> str:
+    """``text`` without punctuation or whitespace at its ends (a placeholder's brackets stay)."""
+    return _EDGE_PUNCT.sub("", text)
+
+
+def tidy(value: str, rule_file: RuleFile, *, particles: bool, pronouns: bool) -> str:
+    """Edge punctuation (and, for the remembered phrase, trailing particles) off; first person to third."""
+    value = strip_edge_punct(value.strip())
+    changed = particles
+    while changed and value:
+        changed = False
+        for particle in rule_file.trailing:
+            if _ends_with_particle(value, particle):
+                value = strip_edge_punct(value[: -len(particle)])
+                changed = True
+    for pattern, replacement in rule_file.pronouns if pronouns else ():
+        value = pattern.sub(replacement, value)
+    return value
+
+
+class _TemplateFormatter(string.Formatter):
+    """``str.format`` plus the spec ``3sg``: the first word as an English third-person verb."""
+
+    def format_field(self, value, format_spec):
+        if format_spec == "3sg":
+            return third_person(str(value))
+        return super().format_field(value, format_spec)
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """Render a rule's summary or key template."""
+    return _TemplateFormatter().vformat(template, (), values)
+
+
+def third_person(phrase: str) -> str:
+    """``run at 6am`` -> ``runs at 6am``; ``go`` -> ``goes``; ``study`` -> ``studies``."""
+    first, sep, rest = phrase.partition(" ")
+    lower = first.lower()
+    if lower in _IRREGULAR:
+        first = _IRREGULAR[lower]
+    elif not lower.isalpha() or lower.endswith("ed") and not lower.endswith("eed"):
+        return phrase  # not a verb we can conjugate, or past tense: leave it as said
+    elif lower.endswith("s") and not lower.endswith(("ss", "us")):
+        return phrase  # already third person
+    elif lower.endswith(("sh", "ch", "ss", "us", "x", "o", "z")):
+        first += "es"
+    elif lower.endswith("y") and len(lower) > 1 and lower[-2] not in "aeiou":
+        first = first[:-1] + "ies"
+    else:
+        first += "s"
+    return first + sep + rest
+
+
+def strip_key_prefixes(key: str, prefixes: tuple[str, ...]) -> str:
+    """``喝乌龙茶`` -> ``乌龙茶``, ``drinking coffee`` -> ``coffee``: one slot however the thing is named.
+
+    A Latin prefix must be a whole word; something must remain after the prefix.
+    """
+    changed = True
+    while changed:
+        changed = False
+        for prefix in prefixes:
+            if not key.startswith(prefix) or len(key) <= len(prefix):
+                continue
+            rest = key[len(prefix):]
+            if prefix[-1].isascii() and prefix[-1].isalnum():
+                if not rest[0].isspace():
+                    continue
+                rest = rest.lstrip()
+            if rest:
+                key, changed = rest, True
+    return key
+
+
+def _ends_with_particle(value: str, particle: str) -> bool:
+    """``value`` ends with ``particle``; a Latin particle must be a whole word ("too", not "tattoo")."""
+    if len(value) <= len(particle) or not value.casefold().endswith(particle.casefold()):
+        return False
+    return not particle[0].isascii() or not particle[0].isalnum() or value[-len(particle) - 1].isspace()
