@@ -106,7 +106,7 @@ MAINTAIN_INTERVAL = 3600
 
 #: Recall scores at most this many of the memories that share a word with the message (the best
 #: full-text matches): far more than it shows, and a bound on the work for a user with thousands.
-RECALL_CANDIDATES = 200
+RECALL_CANDIDATES = 50
 
 #: Seconds a captured memory counts as pending (recalled before its job has stored it).
 #: The job drops it once stored; this bounds what a lost job leaves behind.
