@@ -23,18 +23,15 @@ class CircuitBreaker:
         self._failures = 0
         self._retry_at = 0.0  # while open: when the next trial may go
         self._lock = threading.Lock()
-        #: ``closed`` in a one-item list (a cell), kept by success() and failure(): the request path
-        #: reads it without an attribute lookup (memo_mw._speedups.read_request's tally).
-        self.closed_cell = [True]
 
     @property
     def closed(self) -> bool:
         """Whether calls go through (fewer than ``threshold`` consecutive failures)."""
-        return self.closed_cell[0]
+        return self._failures < self.threshold
 
     def allow(self) -> bool:
         """True when the caller should try the dependency now."""
-        if self._failures < self.threshold:
+        if self.closed:  # the common case takes no lock
             return True
         with self._lock:
             now = self.clock()
@@ -49,11 +46,9 @@ class CircuitBreaker:
         if self._failures:
             with self._lock:
                 self._failures = 0
-                self.closed_cell[0] = True
 
     def failure(self) -> None:
         with self._lock:
             self._failures += 1
-            self.closed_cell[0] = self._failures < self.threshold
             if self._failures >= self.threshold:
                 self._retry_at = self.clock() + self.cooldown

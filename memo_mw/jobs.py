@@ -16,12 +16,11 @@ from . import counters, maintenance
 from . import insights as profile
 from .compressor import Compressor, polish_candidates
 from .forgetting import forget_marker, without_forgotten
+from .queue import REMEMBER
 from .state import RedisState
 from .store import Store
 
 log = logging.getLogger(__name__)
-
-REMEMBER = "memo_mw.jobs.remember"
 
 
 def remember(db: str, payload: dict[str, Any]) -> list[str]:

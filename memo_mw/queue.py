@@ -5,11 +5,12 @@ function's dotted path (:mod:`memo_mw.jobs`), its JSON arguments, an id that mak
 request harmless, and, for a capture, the payload the user's state holds as pending until the
 job has stored it (read-your-own-writes). Each queue has a ``state`` (:mod:`memo_mw.state`).
 
-With Redis, the pending payload and the rq job go in one pipeline: one round trip. When Redis
-cannot be reached, the job goes to the spool (:mod:`memo_mw.spool`), and one thread sends the
-spooled jobs once Redis answers, then ends. A capture is never silently dropped: if the spool
-cannot be written either, the job is tried on Redis once more; if both fail, the loss is logged
-with the user id and counted in ``stats["lost"]``.
+With Redis, the pending payload and the rq job go in one MULTI/EXEC pipeline: one round trip,
+and the state never holds a pending payload without its job. When Redis cannot be reached, the
+job goes to the spool (:mod:`memo_mw.spool`), and one thread sends the spooled jobs once Redis
+answers, then ends. A capture is never silently dropped: if the spool cannot be written either,
+the job is tried on Redis once more; if both fail, the loss is logged with the user id and
+counted in ``stats["lost"]``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import importlib
 import logging
 import queue
 import threading
-import time
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -30,7 +31,7 @@ from . import defaults
 from .breaker import CircuitBreaker
 from .forgetting import without_forgotten
 from .spool import Spool
-from .state import LocalState, RedisState
+from .state import LocalState, RedisState, UserState
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,12 @@ FORGET = "memo_mw.jobs.forget"
 TOUCH = "memo_mw.jobs.touch"
 COUNT_TOPICS = "memo_mw.jobs.count_topics"
 
-#: What an unreachable or failing Redis raises.
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError)
+#: Seconds before each retry of a failed job (run by the scheduler of ``memo-mw worker``): a
+#: database locked by another writer is free again in seconds; a broken one needs a person.
+RETRY_INTERVALS = (5, 60, 600)
+
+#: What an unreachable, hung or refusing Redis raises (a refused write is a ResponseError).
+REDIS_ERRORS = (redis.RedisError, OSError)
 
 
 def import_function(path: str) -> Any:
@@ -48,42 +53,78 @@ def import_function(path: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+class Counters:
+    """``stats``: counts kept by several threads (requests, the spool's), so under a lock."""
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._lock = threading.Lock()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += n
+
+
 class RedisQueue:
-    """rq on Redis, with the spool while Redis is down."""
+    """rq on Redis, with the spool while Redis is down.
+
+    :param retry_intervals: seconds before each retry of a failed job (as many retries).
+    :param spool_interval: seconds between the spool thread's tries while Redis is down.
+    """
 
     def __init__(self, url: str, *, name: str = defaults.QUEUE_NAME, spool: str,
-                 timeout: float = defaults.REDIS_TIMEOUT, cooldown: float = defaults.REDIS_COOLDOWN):
+                 timeout: float = defaults.REDIS_TIMEOUT, cooldown: float = defaults.REDIS_COOLDOWN,
+                 retry_intervals: Iterable[int] = RETRY_INTERVALS,
+                 spool_interval: float = defaults.SPOOL_RETRY_INTERVAL):
         self.connection = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
         self.rq = Queue(name, connection=self.connection, serializer=JSONSerializer)
-        self.state = RedisState(self.connection, name)
-        self.spool = Spool(spool)
         #: After a failure, requests skip Redis for ``cooldown`` seconds instead of waiting on it.
         self.breaker = CircuitBreaker(cooldown=cooldown)
-        self.stats: collections.Counter[str] = collections.Counter()
+        self.state = GuardedState(RedisState(self.connection, name), self.breaker)
+        self.spool = Spool(spool)
+        self.spool_interval = spool_interval
+        intervals = list(retry_intervals)
+        self.retry = Retry(max=len(intervals), interval=intervals) if intervals else None
+        self._counters = Counters()
         self._drain_lock = threading.Lock()
         self._drainer: threading.Thread | None = None
-        if len(self.spool):  # left by a process that stopped while Redis was down
+        self._closing = threading.Event()
+        try:
+            left = len(self.spool)  # by a process that stopped while Redis was down
+        except Exception:  # a fallback that cannot be read must not stop the chat app from starting
+            log.warning("memo-mw: could not read the spool %s", self.spool.path, exc_info=True)
+            left = 0
+        if left:
             self._start_drain()
+
+    @property
+    def stats(self) -> collections.Counter[str]:
+        """``spooled``, ``sent_from_spool``, ``lost``: jobs by where they went."""
+        return self._counters.counts
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None, user_id: str | None = None,
                 pending: dict[str, Any] | None = None) -> None:
         job = {"func": func, "args": args, "job_id": job_id, "user_id": user_id, "pending": pending}
-        if self.breaker.allow() and self._try_send([job]):
+        # While this process sends its spool, new jobs queue behind it: a statement must not
+        # overtake an older one on the same slot (the one stored last wins).
+        if self._drainer is None and self.breaker.allow() and self._send([job]):
             return
         try:
             self.spool.put(job)
         except Exception:
             log.exception("memo-mw: could not spool a %s job; trying Redis once more", func)
-            if self._try_send([job]):
+            if self._send([job]):
                 return
-            self.stats["lost"] += 1
-            log.error("memo-mw: lost a %s job of user %r: neither Redis nor the spool took it", func, user_id)
+            self._counters.add("lost")
+            log.error("memo-mw: lost a %s job of user %r: neither Redis nor the spool %s took it",
+                      func, user_id, self.spool.path)
             return
-        self.stats["spooled"] += 1
+        self._counters.add("spooled")
         self._start_drain()
 
     def forget_spooled(self, user_id: str, marker: dict[str, Any]) -> int:
-        """Take what a forget request names out of the user's capture jobs waiting in the spool."""
+        """Take what a forget request names out of the user's capture jobs waiting in the spool;
+        how many changed (a job left with nothing to store is dropped)."""
         def change(job: dict[str, Any]) -> dict[str, Any] | None:
             if job["func"] != REMEMBER or job["user_id"] != user_id:
                 return job
@@ -91,17 +132,28 @@ class RedisQueue:
             if not kept["candidates"]:
                 return None
             return {**job, "args": [job["args"][0], kept], "pending": kept}
-        return self.spool.rewrite(change) if len(self.spool) else 0
+        return self.spool.rewrite(change)
 
-    def _try_send(self, jobs: list[dict[str, Any]]) -> bool:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the spool thread (a clean shutdown, tests); what it holds waits in the spool file
+        for the next process on it."""
+        self._closing.set()
+        drainer = self._drainer
+        if drainer is not None:
+            drainer.join(timeout)
+        self._drainer = None
+
+    def _send(self, jobs: list[dict[str, Any]]) -> bool:
         try:
-            with self.connection.pipeline(transaction=False) as pipe:
+            with self.connection.pipeline() as pipe:
+                # rq's enqueue_call makes the pipeline a MULTI/EXEC transaction, which redis-py
+                # allows only while nothing is queued on it: start it before the first command.
+                pipe.multi()
                 for job in jobs:
-                    if job["pending"]:
-                        self.state.put_pending(job["user_id"], job["pending"], pipe=pipe)
                     self.rq.enqueue_call(job["func"], args=job["args"], job_id=job["job_id"], pipeline=pipe,
-                                         retry=Retry(max=3, interval=[5, 60, 600]),
-                                         failure_ttl=defaults.JOB_FAILURE_TTL)
+                                         retry=self.retry, result_ttl=0, failure_ttl=defaults.JOB_FAILURE_TTL)
+                    if job["pending"]:
+                        self.state.inner.put_pending(job["user_id"], job["pending"], pipe=pipe)
                 pipe.execute()
         except REDIS_ERRORS as exc:
             self.breaker.failure()
@@ -112,23 +164,64 @@ class RedisQueue:
 
     def _start_drain(self) -> None:
         with self._drain_lock:
-            if self._drainer is None or not self._drainer.is_alive():
+            if not self._closing.is_set() and (self._drainer is None or not self._drainer.is_alive()):
                 self._drainer = threading.Thread(target=self._drain, name="memo-mw-spool", daemon=True)
                 self._drainer.start()
 
     def _drain(self) -> None:
-        """Send the spooled jobs, oldest first, until none is left; then end."""
-        while True:
-            with self._drain_lock:
-                batch = self.spool.peek()
-                if not batch:
-                    self._drainer = None
-                    return
-            if self.breaker.allow() and self._try_send([job for _, job in batch]):
-                self.spool.remove([i for i, _ in batch])
-                self.stats["sent_from_spool"] += len(batch)
-            else:
-                time.sleep(defaults.SPOOL_RETRY_INTERVAL)
+        """Send the spooled jobs, oldest first, until none is left (or :meth:`close`); then end."""
+        while not self._closing.is_set():
+            try:
+                with self._drain_lock:  # "none left" and "no thread" change together
+                    batch = self.spool.peek()
+                    if not batch:
+                        self._drainer = None
+                        return
+                if self.breaker.allow() and self._send([job for _, job in batch]):
+                    # Removed only once Redis took them: a process that dies in between sends
+                    # them again, which their job ids make harmless.
+                    self.spool.remove([i for i, _ in batch])
+                    self._counters.add("sent_from_spool", len(batch))
+                    continue
+            except Exception:  # e.g. the spool file went bad: the thread must not die with jobs left
+                log.exception("memo-mw: could not send the spool %s; trying again", self.spool.path)
+            self._closing.wait(self.spool_interval)
+
+
+class GuardedState:
+    """The users' state in Redis behind the queue's circuit breaker: while Redis is skipped, a
+    request does not wait ``REDIS_TIMEOUT`` on each state call (the middleware then recalls the
+    stored memories only). ``inner``: the :class:`~memo_mw.state.RedisState` itself."""
+
+    def __init__(self, inner: RedisState, breaker: CircuitBreaker):
+        self.inner = inner
+        self.breaker = breaker
+
+    def _call(self, method: str, *args: Any) -> Any:
+        if not self.breaker.allow():
+            raise redis.ConnectionError("memo-mw: Redis is skipped for a while after a failure")
+        try:
+            result = getattr(self.inner, method)(*args)
+        except REDIS_ERRORS:
+            self.breaker.failure()
+            raise
+        self.breaker.success()
+        return result
+
+    def read(self, user_id: str) -> UserState:
+        return self._call("read", user_id)
+
+    def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
+        self._call("put_pending", user_id, payload)
+
+    def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
+        self._call("drop_pending", user_id, list(job_keys))
+
+    def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
+        self._call("add_forget", user_id, marker)
+
+    def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
+        self._call("add_shown", user_id, list(ids))
 
 
 class LocalQueue:
@@ -136,10 +229,15 @@ class LocalQueue:
 
     def __init__(self) -> None:
         self.state = LocalState()
-        self.stats: collections.Counter[str] = collections.Counter()
+        self._counters = Counters()
         self._jobs: queue.Queue[tuple[str, list[Any], str | None, dict | None]] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+
+    @property
+    def stats(self) -> collections.Counter[str]:
+        """``failed``: jobs that raised."""
+        return self._counters.counts
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None, user_id: str | None = None,
                 pending: dict[str, Any] | None = None) -> None:
@@ -163,7 +261,7 @@ class LocalQueue:
                 if pending:
                     self.state.drop_pending(user_id, [pending["job_key"]])
             except Exception:
-                self.stats["failed"] += 1
+                self._counters.add("failed")
                 log.exception("memo-mw: the %s job failed", func)
             finally:
                 self._jobs.task_done()

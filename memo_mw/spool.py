@@ -9,77 +9,83 @@ harmless. Several processes may share one spool file; SQLite serialises them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from . import defaults
+
+Job = dict[str, Any]
 
 
 class Spool:
     def __init__(self, path: str | Path):
         self.path = str(path)
 
-    def _connect(self) -> sqlite3.Connection:
-        # A connection per call: the spool is used only while Redis is down, from any thread.
-        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+    @contextlib.contextmanager
+    def _connect(self, *, create: bool = True) -> Iterator[sqlite3.Connection | None]:
+        """A connection for one call (the spool is used only while Redis is down, from any
+        thread); None when there is no file and ``create`` is false: nothing waits."""
+        if not os.path.exists(self.path):
+            if not create:
+                yield None
+                return
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            # The jobs hold what users said (masked): the file is for this account only.
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        conn.execute("PRAGMA secure_delete = ON")  # sent jobs hold user text: overwrite it
-        conn.execute("create table if not exists jobs (id integer primary key, job text not null)")
-        return conn
+        try:
+            conn.execute("PRAGMA secure_delete = ON")  # sent jobs hold user text: overwrite it
+            conn.execute("create table if not exists jobs (id integer primary key, job text not null)")
+            yield conn
+        finally:
+            conn.close()
 
-    def put(self, job: dict[str, Any]) -> None:
+    def put(self, job: Job) -> None:
         """Keep one job (raises OSError or sqlite3.Error when the file cannot take it)."""
-        conn = self._connect()
-        try:
+        with self._connect() as conn:
             conn.execute("insert into jobs (job) values (?)", [json.dumps(job, ensure_ascii=False)])
-        finally:
-            conn.close()
 
-    def peek(self, limit: int = 100) -> list[tuple[int, dict[str, Any]]]:
-        """The oldest jobs, with their ids for :meth:`remove`; nothing when there is no file."""
-        if not Path(self.path).exists():
-            return []
-        conn = self._connect()
-        try:
-            return [(i, json.loads(job)) for i, job in
-                    conn.execute("select id, job from jobs order by id limit ?", [limit])]
-        finally:
-            conn.close()
+    def peek(self, limit: int = 100) -> list[tuple[int, Job]]:
+        """The oldest jobs, with their ids for :meth:`remove`."""
+        with self._connect(create=False) as conn:
+            return [] if conn is None else [(i, json.loads(job)) for i, job in conn.execute(
+                "select id, job from jobs order by id limit ?", [limit])]
 
     def remove(self, ids: list[int]) -> None:
-        conn = self._connect()
-        try:
-            conn.executemany("delete from jobs where id = ?", [[i] for i in ids])
-        finally:
-            conn.close()
+        with self._connect(create=False) as conn:
+            if conn is not None:
+                conn.execute("begin immediate")  # one commit for the batch, not one per job
+                conn.executemany("delete from jobs where id = ?", [[i] for i in ids])
+                conn.execute("commit")
 
-    def rewrite(self, change: Any) -> int:
+    def rewrite(self, change: Callable[[Job], Job | None]) -> int:
         """Apply ``change(job) -> job or None`` (None: drop it) to every waiting job; how many
         changed. A forget request takes what it names out of the jobs waiting here too."""
-        conn = self._connect()
         changed = 0
-        try:
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return 0
             conn.execute("begin immediate")
-            for i, text in conn.execute("select id, job from jobs").fetchall():
-                job = json.loads(text)
-                new = change(job)
-                if new is None:
-                    conn.execute("delete from jobs where id = ?", [i])
-                elif new != job:
-                    conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
-                changed += new != job
+            try:
+                for i, text in conn.execute("select id, job from jobs").fetchall():
+                    job = json.loads(text)
+                    new = change(job)
+                    if new is None:
+                        conn.execute("delete from jobs where id = ?", [i])
+                    elif new != job:
+                        conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
+                    changed += new != job
+            except BaseException:
+                conn.execute("rollback")
+                raise
             conn.execute("commit")
-        finally:
-            conn.close()
         return changed
 
     def __len__(self) -> int:
-        if not Path(self.path).exists():
-            return 0
-        conn = self._connect()
-        try:
-            return conn.execute("select count(*) from jobs").fetchone()[0]
-        finally:
-            conn.close()
+        with self._connect(create=False) as conn:
+            return 0 if conn is None else conn.execute("select count(*) from jobs").fetchone()[0]

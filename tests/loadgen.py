@@ -1,6 +1,7 @@
 """A load generator for the reliability tests and bench/chaos.py: many users, many threads,
 a mix of messages the rules capture (each with the one memory it must leave) and messages
-they do not, sent over HTTP to a real server (gunicorn) running tests/load_app.py."""
+they do not, sent over HTTP to a real server (gunicorn) running tests/load_app.py; and the
+real rq worker those tests drain the queue with (:func:`drain`)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import redis
+from rq import Queue, Worker
+from rq.serializers import JSONSerializer
 
 from .servers import free_port
 
@@ -180,3 +186,50 @@ def stored_memories(db: str) -> collections.Counter:
     with Store(db, readonly=True) as store:
         return collections.Counter((row[0], row[1]) for row in store.db.execute(
             "select user_id, content from memories where active = 1").fetchall())
+
+
+class BurstWorker(Worker):
+    """rq's forking worker, as ``memo-mw worker`` runs it, without the command channel (pub/sub)
+    through which ``rq`` sends stop and shutdown commands to a long-running worker. A burst in a
+    test takes no commands, and rq 3.0.0 unsubscribes before it stops that channel's thread,
+    which with redis-py 8 then sometimes waits its whole 60 s poll (rq/rq#1613)."""
+
+    def subscribe(self) -> None:
+        pass
+
+    def unsubscribe(self) -> None:
+        pass
+
+
+def drain(redis_url: str, *, scheduler: bool = False, name: str = "memo") -> int:
+    """Run a real rq worker in burst mode on the memo queue until it is empty; return how many
+    jobs were waiting. ``scheduler``: as ``memo-mw worker`` does, first move the retries that
+    are due back to the queue."""
+    connection = redis.Redis.from_url(redis_url)
+    queue = Queue(name, connection=connection, serializer=JSONSerializer)
+    waiting = queue.count
+    BurstWorker([queue], connection=connection, serializer=JSONSerializer).work(
+        burst=True, with_scheduler=scheduler, logging_level="WARNING")
+    failed = queue.failed_job_registry.count
+    connection.close()
+    assert failed == 0, "a memo job failed"
+    return waiting
+
+
+@contextlib.contextmanager
+def opened_queues(**defaults: Any) -> Iterator[Callable[..., Any]]:
+    """``make(url, **options)``: RedisQueues (``defaults`` under the options) that are closed
+    when the block ends, pass or fail: no spool thread may send into the next test's Redis."""
+    from memo_mw.queue import RedisQueue
+
+    made = []
+
+    def make(url: str, **options: Any) -> RedisQueue:
+        made.append(RedisQueue(url, **{**defaults, **options}))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for queue in made:
+            queue.close()

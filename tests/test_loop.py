@@ -7,14 +7,25 @@ import json
 import pytest
 import redis
 from flask import Flask, jsonify, request
-from rq import Queue, Worker
+from rq import Queue
+from rq.serializers import JSONSerializer
 
 from memo_mw import Memo, MemoryMiddleware, defaults
-from memo_mw.outbox import send_waiting
+from memo_mw.queue import TOUCH
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END
 from memo_mw.store import Store
 
-from .conftest import all_redis_text, drain
+from .conftest import all_redis_text
+from .loadgen import BurstWorker, drain
+
+
+def memories(db, user="alice"):
+    with Store(db) as store:
+        return store.list(user)
+
+
+def memo_queue(redis_url):
+    return Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=JSONSerializer)
 
 
 def chat_app() -> Flask:
@@ -67,7 +78,7 @@ def test_captured_then_recalled_through_rq(redis_url, db, path, shape, statement
     assert first.status_code == 200
     assert first.json["memories"] == []
     assert drain(redis_url) == 1
-    stored = Store(db).memories("alice")
+    stored = memories(db)
     assert [m["content"] for m in stored] == [summary]
 
     second = client.post(path, **shape(question)).json
@@ -81,12 +92,11 @@ def test_captured_then_recalled_through_rq(redis_url, db, path, shape, statement
     else:
         assert prompt.endswith("\n\n" + question)
 
-    # The recall was counted by a job, not by a write in the request (its count is sent
-    # within a second, off the request path; flush() sends it now).
-    assert Store(db).memories("alice")[0]["hits"] == 0
-    app.wsgi_app.queue.flush()
+    # The recall was counted by a job, not by a write in the request.
+    assert memories(db)[0]["hits"] == 0
+    assert [job.func_name for job in memo_queue(redis_url).jobs] == [TOUCH]
     assert drain(redis_url) == 1
-    assert Store(db).memories("alice")[0]["hits"] == 1
+    assert memories(db)[0]["hits"] == 1
 
 
 def test_other_users_never_see_the_memory(redis_url, db):
@@ -105,20 +115,16 @@ def test_retried_request_makes_one_job(redis_url, db):
     client = app.test_client()
     for _ in range(3):
         client.post("/chat", **plain("I like green tea", message_id="msg-7"))
-    send_waiting()  # written behind: in Redis within milliseconds, now for the test
-    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
-    assert queue.count == 1
+    assert len(set(memo_queue(redis_url).job_ids)) == 1  # one job id, however often it was sent
     drain(redis_url)
-    assert [(m["content"], m["source_ids"]) for m in Store(db).memories("alice")] == [("likes green tea", ["msg-7"])]
+    assert [(m["content"], m["source_ids"]) for m in memories(db)] == [("likes green tea", ["msg-7"])]
 
 
 def test_job_payload_is_json_and_already_masked(redis_url, db):
     app = chat_app()
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
     app.test_client().post("/chat", **plain("remember that my email is alice@example.com"))
-    send_waiting()
-    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
-    (job,) = queue.jobs  # decodes with the JSON serializer: the payload is plain JSON values
+    (job,) = memo_queue(redis_url).jobs  # decodes with the JSON serializer: the payload is plain JSON values
     payload = json.dumps(job.args, ensure_ascii=False)
     assert "alice@example.com" not in payload and "[email]" in payload
     assert job.func_name == "memo_mw.jobs.remember"
@@ -166,7 +172,7 @@ def test_finished_jobs_leave_nothing_in_redis(redis_url, db):
 
 
 def test_forget_removes_the_users_waiting_jobs_from_redis(redis_url, db, tmp_path):
-    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
+    queue = memo_queue(redis_url)
     broken = tmp_path / "a-file"
     broken.write_text("not a folder")
     # A remember job that fails (its database folder is a file) waits in Redis for a retry.
@@ -175,8 +181,8 @@ def test_forget_removes_the_users_waiting_jobs_from_redis(redis_url, db, tmp_pat
     stuck.wsgi_app.db = str(broken / "memo.db")
     stuck.test_client().post("/chat", **plain("I live in Springfield"))
     stuck.test_client().post("/chat", **plain("I live in Shelbyville", user="bob"))
-    send_waiting()
-    Worker([queue], connection=queue.connection, serializer=defaults.SERIALIZER).work(burst=True)
+    BurstWorker([queue], connection=queue.connection, serializer=JSONSerializer).work(
+        burst=True, logging_level="CRITICAL")
     assert len(queue.scheduled_job_registry.get_job_ids()) == 2  # both wait for a retry
     assert b"Springfield" in all_redis_text(redis_url)
 
@@ -190,28 +196,6 @@ def test_forget_removes_the_users_waiting_jobs_from_redis(redis_url, db, tmp_pat
     assert len(queue.scheduled_job_registry.get_job_ids()) == 1
 
 
-def test_failed_jobs_are_retried_by_the_worker_scheduler(redis_url, tmp_path):
-    """`memo-mw worker` runs rq's scheduler, which re-queues a failed job when its retry is due."""
-    import subprocess
-    import sys
-    import time
-
-    blocker = tmp_path / "var"
-    blocker.write_text("a file where the database folder should be")
-    app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=str(tmp_path / "ok.db"), redis_url=redis_url)
-    app.wsgi_app.db = str(blocker / "memo.db")
-    app.test_client().post("/chat", **plain("I like green tea"))
-    worker = [sys.executable, "-m", "memo_mw", "worker", "--burst", "--url", redis_url]
-    subprocess.run(worker, check=True, capture_output=True, timeout=60)
-    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
-    assert len(queue.scheduled_job_registry.get_job_ids()) == 1
-    blocker.unlink()  # the fault goes away
-    time.sleep(1.2)  # the first retry is due after 1 s
-    subprocess.run(worker, check=True, capture_output=True, timeout=60)
-    assert [m["content"] for m in Store(str(blocker / "memo.db")).memories("alice")] == ["likes green tea"]
-
-
 def test_relative_database_path_is_made_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     middleware = MemoryMiddleware(chat_app().wsgi_app, db="var/memo.db")
@@ -223,26 +207,15 @@ def test_keyword_arguments_are_keyword_only(db):
         MemoryMiddleware(chat_app().wsgi_app, None, db)  # noqa: the point is that this is refused
 
 
-def test_embedded_mode_says_once_that_production_should_use_rq(db, caplog, monkeypatch):
-    from memo_mw.queue import ThreadBackend
-
-    monkeypatch.setattr(ThreadBackend, "_warned", False)
-    caplog.set_level("WARNING", logger="memo_mw.queue")
-    MemoryMiddleware(chat_app().wsgi_app, db=db)
-    MemoryMiddleware(chat_app().wsgi_app, db=db)
-    warnings = [r.getMessage() for r in caplog.records if "in-process thread" in r.getMessage()]
-    assert len(warnings) == 1 and "memo-mw worker" in warnings[0]
-
-
 def test_jobs_import_without_flask():
     import subprocess
     import sys
 
     code = "import sys; sys.modules['flask'] = None; import memo_mw.jobs; print('ok')"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "ok"
+    assert subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True).stdout.strip() == "ok"
 
 
-def test_recalls_are_counted_in_batches(redis_url, db):
+def test_each_recall_is_counted_by_a_job(redis_url, db):
     app = chat_app()
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, clock=lambda: 1_700_000_000.0)
     client = app.test_client()
@@ -251,10 +224,7 @@ def test_recalls_are_counted_in_batches(redis_url, db):
     drain(redis_url)
     for question in ("any jazz albums?", "jazz tonight?", "推荐一款乌龙茶", "more jazz please"):
         client.post("/chat", **plain(question))
-    app.wsgi_app.queue.flush()  # what the sender thread does within a second
-    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
-    assert [job.func_name for job in queue.jobs] == ["memo_mw.jobs.flush_touches"]  # one job for four recalls
-    assert drain(redis_url) == 1
-    hits = {m["content"]: (m["hits"], m["last_accessed"]) for m in Store(db).memories("alice")}
+    assert [job.func_name for job in memo_queue(redis_url).jobs] == [TOUCH] * 4
+    assert drain(redis_url) == 4
+    hits = {m["content"]: (m["hits"], m["last_accessed"]) for m in memories(db)}
     assert hits == {"likes jazz": (3, 1_700_000_000), "喜欢喝乌龙茶": (1, 1_700_000_000)}
-    assert b"memo:touches" not in b"".join(redis.Redis.from_url(redis_url).keys("*"))  # taken once, then gone
