@@ -1,41 +1,42 @@
 """``memo-mw``: the command line, a thin layer over the library.
 
-Commands: ``worker``, ``replay``, ``memories``, ``recall``, ``forget``, ``maintain``,
-``insights``, ``rules check``, ``rules test``. Library and database errors become a one-sentence ``click`` error and
-exit status 1, never a traceback.
+Library, database and Redis errors become a one-sentence ``click`` error and exit status 1,
+never a traceback.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import json
 import math
 import sqlite3
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
+import redis
+from rq import Queue, SimpleWorker, Worker
+from rq.serializers import JSONSerializer
 
 from . import counters, defaults, maintenance
 from . import insights as profile
-from .adapters import clean_id
+from .adapters import Turn, clean_id
 from .exceptions import MemoError
+from .forgetting import forget_marker
 from .funnel import STAGES, Funnel
-from .pipeline import Recaller, remember_payload
-from .recall import RecallConfig
+from .jobs import forget_waiting
+from .middleware import remember_payload
+from .recall import RecallConfig, Recaller
 from .rules import check_rules, load_rules
+from .state import UserState
 from .store import Store, check_writable
 from .text import stable_id
-from .userstate import UserState, forget_marker
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-#: The counts ``replay`` prints, in this order: input lines, then each funnel stage, then
-#: what the store did with the captured ones.
+#: The counts ``replay`` prints: input lines, each funnel stage, then what the store did with the captures.
 REPLAY_COUNTS = ("lines", "invalid", "not_user", *STAGES, "stored", "merged", "superseded", "duplicate_job",
                  "discarded", "forgotten")
 
@@ -47,43 +48,52 @@ def _dump(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _load_rules(paths: tuple[str, ...]):
+def _funnel(paths: tuple[str, ...]) -> Funnel:
     try:
-        return load_rules(list(paths) or None)
+        return Funnel(load_rules(list(paths) or None))
     except MemoError as exc:
         raise click.ClickException(str(exc)) from exc
 
 
 @contextlib.contextmanager
-def _db_errors(db: str) -> Iterator[None]:
-    """A database that turns out to be unusable midway is a one-line error, not a traceback."""
+def _store(db: str, *, write: bool = False, create: bool = False) -> Iterator[Store]:
+    """The store, open for the block. A database that is not there is an error, not an empty result;
+    one not memo-mw's is given no schema unless ``create``; one failing midway is a one-line error."""
+    if not create and not Path(db).is_file():
+        raise click.ClickException(f"no memory database at {db!r}; check --db")
     try:
-        yield
+        if write and not create:
+            Store(db, readonly=True).close()  # refuses a foreign file or another schema version
+        store = Store(db, readonly=not write)
+    except MemoError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        with store:
+            yield store
     except sqlite3.Error as exc:
         raise click.ClickException(f"cannot use {db!r} as the memory database: {exc}") from exc
 
 
-def _open_store(db: str, *, readonly: bool, must_exist: bool = False) -> Store:
-    """Open the store; reading (or deleting from) a database that is not there is an error, not an empty result."""
-    if (readonly or must_exist) and not Path(db).is_file():
-        raise click.ClickException(f"no memory database at {db!r}; check --db")
+@contextlib.contextmanager
+def _redis_queue(url: str, name: str) -> Iterator[Any]:
+    """The jobs' rq queue, JSON as the middleware enqueues; Redis failing is a one-line error."""
     try:
-        store = Store(db, readonly=readonly)
-    except MemoError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        with _db_errors(db):
-            if not store.db["memories"].exists():
-                raise click.ClickException(f"{db!r} is not a memo-mw database (it has no memories table); check --db")
-    except click.ClickException:
-        store.close()
-        raise
-    return store
+        connection = redis.Redis.from_url(url)
+        connection.ping()  # an unreachable Redis fails now, not at the first job
+        yield Queue(name, connection=connection, serializer=JSONSerializer)
+    except (redis.RedisError, ValueError) as exc:  # ValueError: a URL redis-py cannot read
+        raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
 
 
 db_option = click.option("--db", default="memo.db", show_default=True, help="Path of the SQLite memory database.")
 rules_option = click.option("--rules", "rules_paths", multiple=True,
                             help="Rule file or folder (repeatable). Default: the shipped zh and en rules.")
+url_option = click.option("--url", envvar="MEMO_REDIS_URL", default="redis://127.0.0.1:6379/0", show_default=True,
+                          help="Redis URL (env MEMO_REDIS_URL).")
+queue_option = click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True,
+                            help="The jobs' rq queue.")
+now_option = click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,9 +103,8 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--url", envvar="MEMO_REDIS_URL", default=DEFAULT_REDIS_URL, show_default=True,
-              help="Redis URL (env MEMO_REDIS_URL).")
-@click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True, help="Queue to listen on.")
+@url_option
+@queue_option
 @click.option("--burst", is_flag=True, help="Quit when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: random).")
 @click.option("--db", "dbs", multiple=True, envvar="MEMO_DB",
@@ -104,254 +113,157 @@ def main() -> None:
               help="Run jobs in this process (rq's SimpleWorker) instead of a forked child per job: faster, "
                    "but a job's crash, or Redis failing mid-job, stops the worker.")
 def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool) -> None:
-    """Run an rq worker for memo-mw's jobs (JSON serializer, the memo queue, with rq's
-    scheduler so failed jobs are retried).
+    """Run an rq worker for memo-mw's jobs, with rq's scheduler so failed jobs are retried.
 
-    Same as: rq worker --url URL --with-scheduler --serializer memo_mw.queue.JobSerializer memo
+    Same as: rq worker --url URL --with-scheduler --serializer rq.serializers.JSONSerializer memo
     (plus a shorter maintenance interval, so the jobs of a worker that died are retried sooner).
-    Each remember job stores the remember jobs waiting behind it too, in one transaction
-    (WORKER_BATCH). --simple runs jobs in this process, keeping the database open between them.
     """
-    import redis
-    from rq import SimpleWorker, Worker
-
     for path in dbs:  # the jobs name their database; a bad one given here fails now, not per job
         try:
             check_writable(path)
         except MemoError as exc:
             raise click.ClickException(str(exc)) from exc
+    with _redis_queue(url, queue_name) as queue:
+        (SimpleWorker if simple else Worker)(
+            [queue], connection=queue.connection, serializer=queue.serializer, name=name,
+            maintenance_interval=defaults.WORKER_MAINTENANCE_INTERVAL).work(burst=burst, with_scheduler=True)
+
+
+def _record(raw: str) -> tuple[dict[str, Any], str | None]:
+    """One JSON-lines line and its user text (None: another role's); ValueError or TypeError: why not."""
     try:
-        connection = redis.Redis.from_url(url)
-        connection.ping()
-    except (redis.RedisError, ValueError) as exc:
-        raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
-    worker_class = SimpleWorker if simple else Worker
-    worker_class([queue_name], connection=connection, serializer=defaults.SERIALIZER, name=name,
-                 maintenance_interval=defaults.WORKER_MAINTENANCE_INTERVAL).work(burst=burst, with_scheduler=True)
+        record = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise TypeError("not a JSON object")
+    role, text = record.get("role"), record.get("text", record.get("message"))
+    if role is not None and not isinstance(role, str):
+        raise ValueError(f"role must be a string, not {role!r}")
+    if role not in (None, "user"):
+        return record, None
+    if not isinstance(text, str):
+        raise TypeError('no "text" (or "message") string')
+    return record, text
+
+
+def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
+                parse: Callable[[dict[str, Any], str], Any]) -> Iterator[Any]:
+    """``parse(record, text)`` of each user line of a JSON-lines log; counts ``lines``, ``invalid``
+    (named on stderr with the reason) and ``not_user`` (context only: never the user's memories)."""
+    for number, raw in lines:
+        if not raw.strip():
+            continue
+        counts["lines"] += 1
+        try:
+            record, text = _record(raw)
+            if text is None:
+                counts["not_user"] += 1
+                continue
+            yield parse(record, text)
+        except (ValueError, TypeError) as exc:
+            counts["invalid"] += 1
+            click.echo(f"line {number}: skipped: {exc}", err=True)
+
+
+def _turn(record: dict[str, Any], text: str) -> tuple[str, Turn]:
+    """A replayed line as the user and the turn the middleware would read from a request."""
+    user, ts = clean_id(record.get("user")), record.get("ts")
+    if user is None:
+        raise ValueError("no user (a non-empty string or number)")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or not 0 < ts < 1e11:
+        raise ValueError(f"ts must be epoch seconds, not {ts!r}")
+    return user, Turn("plain", text, None, clean_id(record.get("session")), clean_id(record.get("id")), float(ts))
 
 
 @main.command()
 @click.argument("file", type=click.File("r", encoding="utf-8"))
 @db_option
 @rules_option
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as one JSON object.")
+@json_option
 def replay(file, db: str, rules_paths: tuple[str, ...], as_json: bool) -> None:
     """Run a chat log through the funnel and into the store, synchronously.
 
-    FILE is JSON lines (- for stdin): {"user", "session", "ts", "text"}, optionally "id"
-    (message id, kept in source_ids) and "role" (default "user"; other roles are never
-    stored). ts is epoch seconds and is the clock. Lines go through the same funnel and
-    store code as the middleware's jobs, in order. Prints how many lines stopped at each
-    funnel stage and what the store did with the captured ones; a progress bar on a terminal.
+    FILE is JSON lines (- for stdin): {"user", "session", "ts", "text"}, optionally "id" (message id)
+    and "role" (default "user"; other roles are never stored); ts, epoch seconds, is the clock. Each
+    line is remembered as the middleware and its jobs would. Prints where lines stopped, and what the
+    store did with the captured ones.
     """
-    funnel = Funnel(_load_rules(rules_paths))
-    store = _open_store(db, readonly=False)
-    counts: collections.Counter[str] = collections.Counter()
-    started = time.perf_counter()
-    conn = store.db.conn
-    number = 0
-    try:
-        with _db_errors(db), _replay_lines(file) as lines:
-            conn.execute("BEGIN")
-            for number, raw in lines:
-                _replay_line(raw, number, funnel, store, counts)
-                if number % REPLAY_BATCH == 0:
-                    conn.execute("COMMIT")
-                    conn.execute("BEGIN")
-            conn.execute("COMMIT")
-            if counts["forgotten"]:
-                # Forgetting is physical: the deleted rows leave the WAL file too.
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    except click.ClickException as exc:
-        if number:
-            exc.message = f"line {number}: {exc.message} (the lines before it were stored)"
-        raise
-    finally:
-        if conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("COMMIT")  # keep what was replayed before an error or Ctrl-C
-        store.close()
-    seconds = time.perf_counter() - started
-    result: dict[str, Any] = {k: counts.get(k, 0) for k in REPLAY_COUNTS}
-    result["seconds"] = round(seconds, 3)
-    if as_json:
-        click.echo(_dump(result))
-    else:
-        for name, value in result.items():
-            click.echo(f"{name:<14}{value:>10}")
+    funnel, counts, started = _funnel(rules_paths), collections.Counter(), time.perf_counter()
+    with _store(db, write=True, create=True) as store:
+        turns = _user_lines(enumerate(file, 1), counts, _turn)
+        for first in turns:  # REPLAY_BATCH lines a transaction; the store's own nest in it as savepoints
+            with store.write():
+                for user, turn in itertools.chain([first], itertools.islice(turns, REPLAY_BATCH - 1)):
+                    _replay_turn(funnel, store, user, turn, counts)
+        if counts["forgotten"]:
+            store.vacuum_deleted()  # the deleted rows leave the WAL file too
+    result = {k: counts[k] for k in REPLAY_COUNTS} | {"seconds": round(time.perf_counter() - started, 3)}
+    click.echo(_dump(result) if as_json else "\n".join(f"{name:<14}{value:>10}" for name, value in result.items()))
 
 
-@contextlib.contextmanager
-def _replay_lines(file) -> Iterator[Iterator[tuple[int, str]]]:
-    """Numbered lines of the log; with a progress bar when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield enumerate(file, 1)  # streamed: a log larger than memory is fine
-        return
-    lines = file.readlines()
-    with click.progressbar(enumerate(lines, 1), length=len(lines), label="replay", file=sys.stderr,
-                           show_pos=True, update_min_steps=max(1, len(lines) // 200)) as bar:
-        yield bar
-
-
-class _InvalidLine(ValueError):
-    pass
-
-
-def _json_object(raw: str) -> dict[str, Any]:
-    """One JSON-lines line as a JSON object, or _InvalidLine saying why not."""
-    try:
-        record = json.loads(raw)
-    except ValueError as exc:
-        raise _InvalidLine(f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise _InvalidLine("not a JSON object")
-    return record
-
-
-def _parse_line(raw: str) -> dict[str, Any]:
-    """One log line as the values the middleware would read from a request, or _InvalidLine."""
-    record = _json_object(raw)
-    user = clean_id(record.get("user"))
-    if user is None:
-        raise _InvalidLine("no user (a non-empty string or number)")
-    text = record.get("text")
-    if not isinstance(text, str):
-        raise _InvalidLine("no text (a string)")
-    ts = record.get("ts")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or not 0 < ts < 1e11:
-        raise _InvalidLine(f"ts must be epoch seconds, not {ts!r}")
-    role = record.get("role")
-    if role is None:
-        role = "user"
-    if not isinstance(role, str):
-        raise _InvalidLine(f"role must be a string, not {role!r}")
-    return {"user": user, "text": text, "ts": float(ts), "role": role,
-            "session": clean_id(record.get("session")), "id": clean_id(record.get("id"))}
-
-
-def _replay_line(raw: str, number: int, funnel: Funnel, store: Store, counts: collections.Counter) -> None:
-    if not raw.strip():
-        return
-    counts["lines"] += 1
-    try:
-        line = _parse_line(raw)
-    except _InvalidLine as exc:
-        counts["invalid"] += 1
-        click.echo(f"line {number}: skipped, not a {{user, session, ts, text}} record: {exc}", err=True)
-        return
-    if line["role"] != "user":
-        counts["not_user"] += 1  # context only: the assistant's words are never the user's memories
-        return
-    result = funnel.process(line["text"])
+def _replay_turn(funnel: Funnel, store: Store, user: str, turn: Turn, counts: collections.Counter) -> None:
+    """What the middleware enqueues for one message, applied as its jobs apply it; the line's ts
+    stands for the server's clock too."""
+    result = funnel.process(turn.message)
     counts[result.stage] += 1
-    if result.stage != "forget":
-        _count_topics(store, funnel, line)
-    # The jobs the middleware would enqueue for this message, in the same order (its ts is
-    # the job's time key there too), applied as the worker would apply them.
     if result.stage == "forget":
-        counts["forgotten"] += store.forget(line["user"], match=result.forget_match, ts=int(line["ts"]),
-                                            reason="replay")
-    if result.candidates:
-        payload = remember_payload(result, user_id=line["user"], session_id=line["session"], ts=line["ts"],
-                                   message_id=line["id"], time_key=line["ts"])
-        for outcome in store.remember(payload):
-            counts[outcome] += 1
-
-
-def _count_topics(store: Store, funnel: Funnel, line: dict[str, Any]) -> None:
-    """The message's topic counts (memo_mw.counters), as the middleware counts them, in the week of
-    its ts; once per message (user, ts, id, length), so replaying a log twice counts nothing twice."""
-    key = "memo-topics-" + stable_id(line["user"], line["ts"], line["id"] or "", len(line["text"]))
-    if store.db.execute("select 1 from processed_jobs where job_key = ?", [key]).fetchone():
+        counts["forgotten"] += store.forget(user, match=result.forget_match, ts=int(turn.ts), reason="replay",
+                                            at=turn.ts)
         return
-    names = counters.count_keys(funnel.topics.tag(line["text"]), line["text"])
-    counters.add(store, line["user"], {(counters.week_of(line["ts"]), name): 1 for name in names})
-    store.db.execute("insert into processed_jobs (job_key, processed_at) values (?, ?)", [key, int(line["ts"])])
+    # Topic counts once per message (user, ts, id, length): replaying a log twice counts nothing twice.
+    key = "memo-topics-" + stable_id(user, turn.ts, turn.message_id or "", len(turn.message))
+    if not store.db.execute("select 1 from processed_jobs where job_key = ?", [key]).fetchone():
+        names = counters.count_keys(funnel.topics.tag(turn.message), turn.message)
+        counters.add(store, user, {(counters.week_of(turn.ts), name): 1 for name in names})
+        store.db.execute("insert into processed_jobs (job_key, processed_at) values (?, ?)", [key, int(turn.ts)])
+    if result.candidates:
+        counts.update(store.remember(remember_payload(result, user_id=user, turn=turn, ts=turn.ts,
+                                                      received=turn.ts)))
 
 
 @main.command()
 @db_option
 @click.option("--user", default=None, help="Only this user's memories (default: every user's).")
 @click.option("--all", "include_all", is_flag=True, help="Include inactive (superseded) ones.")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@json_option
 def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> None:
     """List stored memories (active ones unless --all), oldest first."""
-    with _open_store(db, readonly=True) as store, _db_errors(db):
-        rows = store.memories(user, include_inactive=include_all)
+    with _store(db) as store:
+        rows = store.list(user, include_inactive=include_all)
     if as_json:
         click.echo(_dump(rows))
         return
     for m in rows:
-        state = "" if m["active"] else f" [{m['status']}]"
-        click.echo(f"{m['id']:>6}  {m['user_id']:<16} {m['type']:<11} {m['content']}{state}")
-
-
-def _batch_item(raw: str, default_k: int, default_now: float | None) -> tuple[str, str, int, float | None]:
-    item = json.loads(raw)
-    if not isinstance(item, dict):
-        raise TypeError("not a JSON object")
-    user, query = clean_id(item.get("user")), item.get("query")
-    if user is None or not isinstance(query, str):
-        raise KeyError("user and query are required")
-    k = item.get("k")
-    k = default_k if k is None else k
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise TypeError(f"k must be a non-negative integer, not {k!r}")
-    now = item.get("now")
-    now = default_now if now is None else now
-    if now is not None and (isinstance(now, bool) or not isinstance(now, (int, float))):
-        raise TypeError(f"now must be epoch seconds, not {now!r}")
-    return user, query, k, None if now is None else float(now)
+        click.echo(f"{m['id']:>6}  {m['user_id']:<16} {m['type']:<11} {m['content']}"
+                   + ("" if m["active"] else f" [{m['status']}]"))
 
 
 @main.command()
 @db_option
 @rules_option
-@click.option("--user", default=None, help="Whose memories to search.")
+@click.option("--user", required=True, help="Whose memories to search.")
 @click.option("--k", default=defaults.RECALL_K, show_default=True, type=click.IntRange(min=0),
               help="How many memories at most.")
-@click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
+@now_option
 @click.option("--budget", default=defaults.RECALL_BUDGET_CHARS, show_default=True, type=click.IntRange(min=1),
               help="Character budget of the memory lines.")
-@click.option("--batch", type=click.File("r", encoding="utf-8"), default=None,
-              help='JSON lines {"user", "query", "k", "now"} (k and now optional); prints one JSON array '
-                   "per line, in order.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.argument("query", required=False)
-def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now: float | None, budget: int,
-           batch, as_json: bool, query: str | None) -> None:
+@json_option
+@click.argument("query")
+def recall(db: str, rules_paths: tuple[str, ...], user: str, k: int, now: float | None, budget: int,
+           as_json: bool, query: str) -> None:
     """Rank a user's memories for QUERY, as the middleware would (read-only: hits are not counted)."""
-    if batch is None and (user is None or query is None):
-        raise click.UsageError("give --user and QUERY, or --batch FILE")
-    if batch is not None and (user is not None or query is not None):
-        raise click.UsageError("--batch FILE replaces --user and QUERY; give one or the other")
-    funnel = Funnel(_load_rules(rules_paths))
-    with _open_store(db, readonly=True), _db_errors(db):  # a clear error for a bad --db first
-        recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
-
-        def ranked(u: str, q: str, kk: int, clock: float | None) -> list[dict]:
-            # Exactly the middleware's recall, forget requests in the query included.
-            result, clock = funnel.process(q), time.time() if clock is None else clock
-            forgets = [forget_marker(result.forget_match, clock)] if result.stage == "forget" else []
-            return recaller.recall(u, q, now=clock, state=UserState([], forgets, set()),
-                                   config=RecallConfig(k=kk, budget=budget))
-
-        if batch is None:
-            rows = ranked(user, query, k, now)
-            if as_json:
-                click.echo(_dump(rows))
-            else:
-                for m in rows:
-                    click.echo(f"{m['score']:.3f}  {m['content']}  ({m['type']})")
-            return
-        for number, raw in enumerate(batch, 1):
-            if not raw.strip():
-                continue
-            try:
-                item = _batch_item(raw, k, now)
-            except (ValueError, KeyError, TypeError) as exc:
-                raise click.ClickException(f"--batch line {number}: not a {{user, query}} record ({exc})") from exc
-            click.echo(_dump(ranked(*item)))
+    funnel = _funnel(rules_paths)  # below: the middleware's recall, a forget request in the query included
+    result, now = funnel.process(query), time.time() if now is None else now
+    forgets = (forget_marker(result.forget_match, now),) if result.stage == "forget" else ()
+    recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
+    with _store(db), recaller.store():  # a clear error for a bad --db first; then recall's own connection
+        rows = recaller.recall(user, query, now=now, state=UserState(forgets=forgets), recall_all=result.recall_all)
+    if as_json:
+        click.echo(_dump(rows))
+        return
+    for m in rows:
+        click.echo(f"{m['score']:.3f}  {m['content']}  ({m['type']})")
 
 
 @main.command()
@@ -361,39 +273,30 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, k: int, now:
 @click.option("--url", envvar="MEMO_REDIS_URL", default=None,
               help="Redis of the middleware (env MEMO_REDIS_URL): also forget the user's pending memories "
                    "and waiting jobs there.")
-@click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True, help="The jobs' queue.")
+@queue_option
 def forget(db: str, user: str, match: str | None, url: str | None, queue_name: str) -> None:
     """Physically delete a user's memories (all, or those matching --match); never another user's."""
-    at = time.time()  # the server's: waiting statements are ordered against it (userstate.said_by)
-    now = int(at)
-    with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
-        count = store.forget(user, match=match, ts=now, reason="cli", at=at, now=True)
+    at = time.time()  # the server's clock: waiting statements are ordered against it (forgetting.said_by)
+    with _store(db, write=True) as store:
+        count = store.forget(user, match=match, ts=int(at), reason="cli", at=at, now=True)
     message = f"deleted {count} memories of {user}"
     if url:
-        import redis
-        from rq import Queue
-
-        from .jobs import forget_waiting
-
         try:
-            queue = Queue(queue_name, connection=redis.Redis.from_url(url), serializer=defaults.SERIALIZER)
-            changed = forget_waiting(queue, user, forget_marker(match, now, at, pending_only=True))
-        except (redis.RedisError, ValueError) as exc:
-            raise click.ClickException(f"{message}, but could not reach Redis at {url}: {exc}") from exc
+            with _redis_queue(url, queue_name) as queue:
+                changed = forget_waiting(queue, user, forget_marker(match, at, at, pending_only=True))
+        except click.ClickException as exc:
+            raise click.ClickException(f"{message}, but {exc.message}") from exc
         message += f"; {changed} waiting jobs changed in Redis"
     click.echo(message)
 
 
 @main.command()
 @db_option
-@click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
-@click.option("--json", "as_json", is_flag=True, help="Print the counts as one JSON object.")
+@now_option
+@json_option
 def maintain(db: str, now: float | None, as_json: bool) -> None:
-    """Expire tasks, delete expired ones left unconfirmed, resolve contradictions.
-
-    What the `maintain` job does when `rq cron memo_mw.cron` schedules it.
-    """
-    with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
+    """Expire tasks, delete expired ones left unconfirmed, resolve contradictions (the maintain job)."""
+    with _store(db, write=True) as store:
         counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
     click.echo(_dump(counts) if as_json else maintenance.summary(counts))
 
@@ -401,29 +304,13 @@ def maintain(db: str, now: float | None, as_json: bool) -> None:
 @main.command("insights")
 @db_option
 @click.option("--user", default=None, help="Only this user (default: every user with counts or memories).")
-@click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
-@click.option("--url", envvar="MEMO_REDIS_URL", default=None,
-              help="Redis of the middleware (env MEMO_REDIS_URL): first move the topic counts waiting there.")
-@click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True, help="The jobs' queue.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: the user's insights (an array), or "
-                                                      "every user's (an object of arrays).")
-def insights_command(db: str, user: str | None, now: float | None, url: str | None, queue_name: str,
-                     as_json: bool) -> None:
-    """Compute and store user insights from topic counts and memories, replacing the old ones.
-
-    What the weekly `insights` job does when `rq cron memo_mw.cron` schedules it.
-    """
-    now = profile.now_or(now)
-    with _open_store(db, readonly=False, must_exist=True) as store, _db_errors(db):
-        if url:
-            import redis
-
-            try:
-                counters.flush_redis(redis.Redis.from_url(url), queue_name, db, user)
-            except (redis.RedisError, ValueError) as exc:
-                raise click.ClickException(f"could not move the topic counts from Redis at {url}: {exc}") from exc
-        users = [user] if user is not None else profile.users(store)
-        result = {u: profile.run(store, u, now=now) for u in users}
+@now_option
+@json_option
+def insights_command(db: str, user: str | None, now: float | None, as_json: bool) -> None:
+    """Compute and store user insights from topic counts and memories (the weekly insights job)."""
+    with _store(db, write=True) as store:
+        result = {u: profile.run(store, u, now=profile.now_or(now))
+                  for u in ([user] if user is not None else profile.users(store))}
     if as_json:
         click.echo(_dump(result[user] if user is not None else result))
         return
@@ -446,19 +333,16 @@ def rules_check(paths: tuple[str, ...]) -> None:
     """
     problems = check_rules(list(paths) or None)
     if problems:
-        for problem in problems:
-            click.echo(problem, err=True)
-        count = len(problems)
-        raise click.ClickException(f"{count} problem{'s' if count != 1 else ''} in the rules")
+        click.echo("\n".join(problems), err=True)
+        raise click.ClickException(f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the rules")
     rule_set = load_rules(list(paths) or None)
     click.echo(f"ok: {len(rule_set.files)} files, {len(rule_set.triggers)} triggers")
-    for path in rule_set.paths:
-        click.echo(f"  {path}")
+    click.echo("".join(f"  {path}\n" for path in rule_set.paths), nl=False)
 
 
 @rules.command("test")
 @rules_option
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option
 @click.option("--file", "file", type=click.File("r", encoding="utf-8"), default=None,
               help='JSON lines ({"text"} or {"message"}, as replay reads; - for stdin) instead of TEXT: '
                    "runs every line and prints a summary table.")
@@ -471,7 +355,7 @@ def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | No
     """
     if (file is None) == (text is None):
         raise click.UsageError("give TEXT or --file FILE (one of them)")
-    funnel = Funnel(_load_rules(rules_paths))
+    funnel = _funnel(rules_paths)
     if file is not None:
         _rules_test_file(funnel, file, as_json)
         return
@@ -490,60 +374,26 @@ def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | No
         click.echo(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")
 
 
-def _transcript_text(raw: str) -> str | None:
-    """The user's text of one transcript line; None for another role; _InvalidLine if unreadable."""
-    record = _json_object(raw)
-    role = record.get("role")
-    if role is not None and role != "user":
-        return None
-    text = record.get("text", record.get("message"))
-    if not isinstance(text, str):
-        raise _InvalidLine('no "text" (or "message") string')
-    return text
-
-
 def _rules_test_file(funnel: Funnel, file, as_json: bool) -> None:
-    lines = invalid = not_user = 0
-    stages: collections.Counter[str] = collections.Counter()
-    types: collections.Counter[str] = collections.Counter()
-    decided: collections.Counter[str] = collections.Counter()
-    for number, raw in enumerate(file, 1):
-        if not raw.strip():
-            continue
-        lines += 1
-        try:
-            text = _transcript_text(raw)
-        except _InvalidLine as exc:
-            invalid += 1
-            click.echo(f"line {number}: skipped: {exc}", err=True)
-            continue
-        if text is None:
-            not_user += 1
-            continue
-        result = funnel.process(text)
+    totals, stages, types, decided = (collections.Counter() for _ in range(4))
+    for result in _user_lines(enumerate(file, 1), totals, lambda record, text: funnel.process(text)):
         stages[result.stage] += 1
-        for c in result.candidates:
-            types[c.type] += 1
-            decided[c.rule_id] += 1
-        for stage, outcome in result.trace:
-            # The gates that stopped something: "en.neg.question: a question", "zh.forget.all (all)".
-            if stage in ("negative", "sensitive", "forget"):
-                decided[outcome.split(":")[0].split(" (")[0]] += 1
-    summary = {"lines": lines, "invalid": invalid, "not_user": not_user,
-               "stages": {stage: stages.get(stage, 0) for stage in STAGES},
-               "types": dict(types.most_common()), "rules": dict(decided.most_common())}
+        types.update(c.type for c in result.candidates)
+        decided.update(c.rule_id for c in result.candidates)
+        # The gates that stopped something: "en.neg.question: a question", "zh.forget.all (all)".
+        decided.update(outcome.split(":")[0].split(" (")[0] for stage, outcome in result.trace
+                       if stage in ("negative", "sensitive", "forget"))
+    tables = {"": {name: totals[name] for name in ("lines", "invalid", "not_user")},
+              "\nstopped at / result": {stage: stages[stage] for stage in STAGES},
+              "\ncaptured by type": dict(types.most_common()),
+              "\nrule hits (memories made, or messages stopped)": dict(decided.most_common())}
+    first, *others = tables.values()
     if as_json:
-        click.echo(_dump(summary))
+        click.echo(_dump({**first, **dict(zip(("stages", "types", "rules"), others))}))
         return
     width = max([14, *(len(name) + 2 for name in decided)])
-    for name in ("lines", "invalid", "not_user"):
-        click.echo(f"{name:<{width}}{summary[name]:>8}")
-    click.echo("\nstopped at / result")
-    for stage, count in summary["stages"].items():
-        click.echo(f"{stage:<{width}}{count:>8}")
-    click.echo("\ncaptured by type")
-    for name, count in summary["types"].items():
-        click.echo(f"{name:<{width}}{count:>8}")
-    click.echo("\nrule hits (memories made, or messages stopped)")
-    for name, count in summary["rules"].items():
-        click.echo(f"{name:<{width}}{count:>8}")
+    for title, table in tables.items():
+        if title:
+            click.echo(title)
+        for name, count in table.items():
+            click.echo(f"{name:<{width}}{count:>8}")
