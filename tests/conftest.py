@@ -9,6 +9,7 @@ import zlib
 import pytest
 import redis
 
+from .loadgen import drain  # noqa: F401 (for the tests: a real rq worker, burst=True)
 from .servers import REDIS_BINARY, RedisServer, free_port  # noqa: F401 (free_port: for the tests)
 
 
@@ -36,23 +37,6 @@ def redis_url(redis_server):
 @pytest.fixture
 def db(tmp_path) -> str:
     return str(tmp_path / "memo.db")
-
-
-def drain(redis_url: str) -> int:
-    """Run a real rq worker in burst mode on the memo queue; return how many jobs it finished."""
-    from rq import Queue, Worker
-    from rq.serializers import JSONSerializer
-
-    from memo_mw import defaults
-
-    connection = redis.Redis.from_url(redis_url)
-    queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=JSONSerializer)
-    waiting = queue.count
-    worker = Worker([queue], connection=connection, serializer=JSONSerializer)
-    worker.work(burst=True, logging_level="WARNING")
-    assert queue.failed_job_registry.count == 0, "a memo job failed"
-    assert queue.count == 0
-    return waiting  # finished jobs keep no result (result_ttl=0), so count what was waiting
 
 
 def all_redis_text(url: str) -> bytes:
