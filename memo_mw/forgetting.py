@@ -11,6 +11,8 @@ statements against the markers with the functions here; they are pure, with no I
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Iterable
 from typing import Any
 
 from .text import tokens
@@ -48,6 +50,14 @@ def received_at(payload: dict[str, Any]) -> float:
     """When the server read a payload's message; its client time ``ts`` when that is not known."""
     received = receipt(payload)
     return received if received is not None else float(payload.get("ts") or 0)
+
+
+def stored_markers(payload: dict[str, Any], rows: Iterable[tuple[str | None, int, float | None]]) -> list[dict[str, Any]]:
+    """Markers from the store's ``(tokens JSON, ts, server time)`` rows, to hold ``payload``
+    against: a payload without its server time is ordered by the client times alone."""
+    timed = receipt(payload) is not None
+    return [{"tokens": json.loads(words) if words else None, "ts": ts, "at": at if timed else None}
+            for words, ts, at in rows]
 
 
 def said_by(said: dict[str, Any], marker: dict[str, Any]) -> bool:

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Callable
+from typing import Any
 
 from . import counters, defaults
-from .recall import profile_line
 from .store import Store
 
 #: Shown in a subject's brackets, never a line of their own.
@@ -127,7 +126,7 @@ def build(count_rows: list[dict[str, Any]], memories: list[dict[str, Any]], *,
 
     found = []
     for topic in set(counted) | set(remembered):
-        if topic.startswith(FACETS) or topic.startswith("@"):
+        if topic.startswith((*FACETS, "@")):
             continue
         count = counted[topic] or remembered[topic]
         if count < defaults.INSIGHTS_MIN_COUNT:

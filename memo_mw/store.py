@@ -30,11 +30,11 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from . import defaults
 from .exceptions import StoreError
-from .forgetting import forget_marker, forgotten, received_at, receipt, slot_hash, without_forgotten
+from .forgetting import forget_marker, forgotten, received_at, slot_hash, stored_markers, without_forgotten
 from .text import normalize, tokens
 
 log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ SECURE_FTS = sqlite3.sqlite_version_info >= (3, 42, 0)
 def index_terms(user_id: str, words: Iterable[str]) -> list[str]:
     """Words as the index holds them: hashed with the user id (a query for one user meets only
     that user's postings, and the index holds no readable word)."""
-    return [hashlib.blake2b(f"{user_id}\x1f{w}".encode("utf-8"), digest_size=8).hexdigest() for w in words]
+    return [hashlib.blake2b(f"{user_id}\x1f{w}".encode(), digest_size=8).hexdigest() for w in words]
 
 
 def memory_words(content: str, key: str, topics: Iterable[str]) -> set[str]:
@@ -119,7 +119,9 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
             conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a power cut loses commits, never the file
             conn.execute("PRAGMA secure_delete = ON")  # deleted text is overwritten, not left in free pages
             _create(conn, path)
-        _check_version(conn, path)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise StoreError(f"{path!r} holds schema version {version}, this memo-mw reads version {SCHEMA_VERSION}")
         return conn
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
@@ -153,12 +155,6 @@ def _create(conn: sqlite3.Connection, path: str) -> None:
     raise StoreError(f"{path!r} stayed locked while memo-mw tried to create its schema")
 
 
-def _check_version(conn: sqlite3.Connection, path: str) -> None:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION:
-        raise StoreError(f"{path!r} holds schema version {version}, this memo-mw reads version {SCHEMA_VERSION}")
-
-
 def check_writable(path: str | Path) -> None:
     """A start-up check: the file opens as a memo-mw database and takes a write. A wrong, corrupt
     or read-only file is found when the app starts, not by the first job that stores a memory."""
@@ -166,12 +162,10 @@ def check_writable(path: str | Path) -> None:
     try:
         conn.execute("PRAGMA busy_timeout = 500")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # a write that changes nothing
-    except sqlite3.OperationalError as exc:
+    except sqlite3.DatabaseError as exc:
         if "locked" not in str(exc) and "busy" not in str(exc):
             raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
         log.warning("memo-mw: %r is locked by another writer; starting without the write check", str(path))
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
     finally:
         conn.close()
 
@@ -195,10 +189,10 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
@@ -227,9 +221,12 @@ class Store:
             found = self.rows(f"where user_id = ? and {RECALLABLE} order by id desc limit ?", [user_id, limit])
         else:
             terms = index_terms(user_id, sorted(set(words)))
-            found = [] if not terms else self.rows(
-                f"where id in (select rowid from memories_fts where memories_fts match ? order by rank limit ?)"
-                f" and user_id = ? and {RECALLABLE}", [" OR ".join(f'"{t}"' for t in terms), limit, user_id])
+            # The status filter sits inside the limit: superseded memories keep their terms and
+            # must not crowd the recallable ones out of the best ``limit``.
+            found = [] if not terms else [row_to_memory(r) for r in self.db.execute(
+                f"select {', '.join('m.' + c for c in COLUMNS)} from memories_fts join memories m"
+                f" on m.id = memories_fts.rowid where memories_fts match ? and m.user_id = ? and {RECALLABLE}"
+                " order by memories_fts.rank limit ?", [" OR ".join(f'"{t}"' for t in terms), user_id, limit])]
         seen = {m["id"] for m in found}
         always = self.rows(f"where user_id = ? and {RECALLABLE} and (type = 'style' or status = ?)",
                            [user_id, PENDING_CONFIRM])
@@ -241,23 +238,18 @@ class Store:
     def write(self) -> Iterator[None]:
         """A transaction that takes the write lock up front (BEGIN IMMEDIATE): a second writer
         waits out the busy timeout instead of failing. Inside an open one, a savepoint."""
-        if self.db.in_transaction:
-            self.db.execute("savepoint nested")
-            try:
-                yield
-            except BaseException:
-                self.db.execute("rollback to nested")
-                raise
-            finally:
-                self.db.execute("release nested")
-            return
-        self.db.execute("begin immediate")
+        nested = self.db.in_transaction
+        self.db.execute("savepoint nested" if nested else "begin immediate")
         try:
             yield
         except BaseException:
-            self.db.rollback()
+            if nested:
+                self.db.execute("rollback to nested")
+                self.db.execute("release nested")
+            else:
+                self.db.rollback()
             raise
-        self.db.execute("commit")
+        self.db.execute("release nested" if nested else "commit")
 
     def remember(self, payload: dict[str, Any]) -> list[str]:
         """Apply one captured message: each candidate is ``stored``, ``merged`` into the same
@@ -268,12 +260,9 @@ class Store:
         with self.write():
             if job_key and self.db.execute("select 1 from processed_jobs where job_key = ?", [job_key]).fetchone():
                 return ["duplicate_job"]
-            markers = [{"tokens": json.loads(t) if t else None, "ts": at, "at": server_at}
-                       for t, at, server_at in self.db.execute(
-                           "select tokens, at, server_at from forget_markers where user_id = ?"
-                           " and (at >= ? or server_at >= ?)", [user_id, int(payload["ts"]), received_at(payload)])]
-            if receipt(payload) is None:  # without a server time, markers are ordered by the client's
-                markers = [{**m, "at": None} for m in markers]
+            markers = stored_markers(payload, self.db.execute(
+                "select tokens, at, server_at from forget_markers where user_id = ? and (at >= ? or server_at >= ?)",
+                [user_id, int(payload["ts"]), received_at(payload)]))
             candidates = without_forgotten(payload, markers)["candidates"]
             edited = {slot for (slot,) in self.db.execute(
                 "select slot from edit_markers where user_id = ? and at >= ?", [user_id, received_at(payload)])}
@@ -334,6 +323,7 @@ class Store:
             self._update(memory_id, {"content": content, "terms": " ".join(terms), "updated_at": int(at)})
             self.db.execute("delete from edit_markers where at < ?", [at - defaults.FORGET_MARKER_DAYS * 86400])
             self.db.execute("insert into edit_markers values (?, ?, ?)", [user_id, slot_hash(memory["key"]), at])
+        self.vacuum_deleted()  # the old wording leaves the files too (skipped inside a caller's transaction)
         return self.get(user_id, memory_id)
 
     def touch(self, user_id: str, counts: dict[int, int] | Iterable[int], ts: int) -> int:
@@ -341,14 +331,11 @@ class Store:
         confirmation was shown its once. Returns how many memories were updated."""
         counts = dict(counts) if isinstance(counts, dict) else {int(i): 1 for i in counts}
         with self.write():
-            updated = 0
-            for memory_id, n in counts.items():
-                updated += self.db.execute(
-                    "update memories set hits = hits + ?, last_accessed = max(coalesce(last_accessed, 0), ?),"
-                    " confirm_shown_at = case when status = ? then coalesce(confirm_shown_at, ?) end"
-                    " where user_id = ? and id = ?", [int(n), int(ts), PENDING_CONFIRM, int(ts), user_id,
-                                                      int(memory_id)]).rowcount
-        return updated
+            return self.db.executemany(
+                "update memories set hits = hits + ?, last_accessed = max(coalesce(last_accessed, 0), ?),"
+                " confirm_shown_at = case when status = ? then coalesce(confirm_shown_at, ?) end"
+                " where user_id = ? and id = ?",
+                [(int(n), int(ts), PENDING_CONFIRM, int(ts), user_id, int(i)) for i, n in counts.items()]).rowcount
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str,
                at: float | None = None, now: bool = False) -> int:
@@ -387,8 +374,7 @@ class Store:
         return count
 
     def _delete(self, user_id: str, ids: list[int], *, ts: int, action: str, reason: str) -> int:
-        for memory_id in ids:
-            self.db.execute("delete from memories where user_id = ? and id = ?", [user_id, memory_id])
+        self.db.executemany("delete from memories where user_id = ? and id = ?", [(user_id, i) for i in ids])
         self.db.execute("insert into audit (user_id, action, count, at, reason) values (?, ?, ?, ?, ?)",
                         [user_id, action, len(ids), int(ts), reason])
         return len(ids)

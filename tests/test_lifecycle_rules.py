@@ -30,7 +30,8 @@ import pytest
 import regex
 
 from memo_mw.funnel import Funnel
-from memo_mw.pipeline import remember_payload
+from memo_mw.adapters import Turn
+from memo_mw.middleware import remember_payload
 from memo_mw.rules import load_rules
 from memo_mw.store import Store
 from memo_mw.text import memory_key
@@ -54,12 +55,13 @@ def say(funnel, store, text, ts):
     """One user message through the funnel into the store; returns (candidates, outcomes)."""
     result = funnel.process(text)
     assert result.stage == "captured", (text, result.trace)
-    payload = remember_payload(result, user_id=USER, session_id="s", ts=ts, message_id=None, time_key=ts)
+    turn = Turn(shape="plain", message=text, body_user=None, session_id="s", message_id=None, ts=ts)
+    payload = remember_payload(result, user_id=USER, turn=turn, ts=ts, received=ts)
     return result.candidates, store.remember(payload)
 
 
 def rows(store):
-    return store.memories(USER, include_inactive=True)
+    return store.list(USER, include_inactive=True)
 
 
 def active(store):

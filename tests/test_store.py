@@ -1,117 +1,76 @@
-"""The SQLite store: schema, pragmas, dedup, supersession, touch, forget, idempotent jobs."""
+"""The SQLite store: schema and pragmas, dedup, supersession, touch, search, edit, forget, delete."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from memo_mw import jobs
 from memo_mw.exceptions import StoreError
-from memo_mw.store import Store, migrations
+from memo_mw.maintenance import maintain
+from memo_mw.store import SCHEMA_VERSION, Store, index_terms
+from memo_mw.text import tokens
+
+T0 = 1_700_000_000
 
 
-def payload(content, key, *, polarity=1, user="u1", ts=1_700_000_000, job_key=None, message_id=None,
-            type_="preference", ttl_days=None):
-    return {
-        "job_key": job_key, "user_id": user, "session_id": "s1", "ts": ts, "message_id": message_id,
-        "candidates": [{"type": type_, "key": key, "polarity": polarity, "content": content,
-                        "excerpt": f"original: {content}", "rule_id": "t.rule", "confidence": 0.7,
-                        "ttl_days": ttl_days, "language": "en"}],
-    }
+def candidate(content, key, *, polarity=1, type_="preference", ttl_days=None, topics=(), language="en"):
+    return {"type": type_, "key": key, "polarity": polarity, "content": content, "excerpt": f"original: {content}",
+            "rule_id": "t.rule", "confidence": 0.7, "ttl_days": ttl_days, "language": language,
+            "topics": list(topics)}
 
 
-def test_schema_pragmas_and_migrations(db):
+def payload(content, key, *, user="u1", ts=T0, job_key=None, message_id=None, received=None, **fields):
+    """A ``remember`` job's payload with one candidate; ``received``: the server's time of the message."""
+    out = {"job_key": job_key, "user_id": user, "session_id": "s1", "ts": ts, "message_id": message_id,
+           "candidates": [candidate(content, key, **fields)]}
+    if received is not None:
+        out["received"] = received
+    return out
+
+
+def database_bytes(db: str | Path) -> bytes:
+    """Every file of the database: the .db, its -wal and -shm."""
+    db = Path(db)
+    return b"".join(p.read_bytes() for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+
+def contents(memories):
+    return [m["content"] for m in memories]
+
+
+# -- the file ---------------------------------------------------------------------------------
+
+def test_schema_and_pragmas(db):
     Store(db).close()
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
     assert {"id", "user_id", "type", "key", "polarity", "content", "excerpt", "source_session", "source_ts",
             "confidence", "status", "active", "hits", "last_accessed", "expires_at", "rule_id",
             "topics", "superseded_by", "created_at"} <= columns
-    applied = [r[0] for r in conn.execute("select name from _sqlite_migrations where migration_set = 'memo_mw'")]
-    assert applied == [m.name for m in migrations._migrations]
-    Store(db).close()  # opening again applies nothing twice
-    assert conn.execute("select count(*) from _sqlite_migrations").fetchone()[0] == len(applied)
+    audit = [r[1] for r in conn.execute("PRAGMA table_info(audit)")]
+    assert audit == ["id", "user_id", "action", "count", "at", "reason"]  # no content column
+    conn.close()
+    with Store(db) as store:  # opening again changes nothing
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert store.db.execute("PRAGMA secure_delete").fetchone()[0] == 1
 
 
-def test_same_statement_again_merges(db):
-    with Store(db) as store:
-        assert store.remember(payload("likes jazz", "jazz", message_id="a")) == ["stored"]
-        assert store.remember(payload("Likes  jazz!", "jazz", ts=1_700_000_100, message_id="b")) == ["merged"]
-        (memory,) = store.memories("u1", include_inactive=True)
-    assert memory["hits"] == 1 and memory["confidence"] == pytest.approx(0.8)
-    assert memory["source_ts"] == 1_700_000_100 and memory["source_ids"] == ["a", "b"]
-
-
-@pytest.mark.parametrize("first, second", [
-    pytest.param(("喜欢喝咖啡", 1), ("不喜欢喝咖啡", -1), id="zh-opposite"),
-    pytest.param(("likes running", 1), ("dislikes running", -1), id="en-opposite"),
-    pytest.param(("lives in Berlin", 1), ("lives in Paris", 1), id="en-new-value"),
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda path: path.write_bytes(b"this is not sqlite" * 100), id="not-a-database"),
+    pytest.param(lambda path: path.mkdir(), id="a-directory"),
+    pytest.param(lambda path: sqlite3.connect(path).execute("PRAGMA user_version = 99"), id="another-version"),
 ])
-def test_newer_statement_supersedes(db, first, second):
-    with Store(db) as store:
-        store.remember(payload(first[0], "slot", polarity=first[1]))
-        assert store.remember(payload(second[0], "slot", polarity=second[1], ts=1_700_000_500)) == ["superseded"]
-        active = store.memories("u1")
-        everything = store.memories("u1", include_inactive=True)
-    assert [m["content"] for m in active] == [second[0]]
-    old = next(m for m in everything if m["content"] == first[0])
-    assert old["status"] == "superseded" and old["active"] is False and old["superseded_by"] == active[0]["id"]
-
-
-def test_job_key_makes_remember_idempotent(db):
-    jobs.remember(db, payload("likes tea", "tea", job_key="k1"))
-    assert jobs.remember(db, payload("likes tea", "tea", job_key="k1")) == ["duplicate_job"]
-    (memory,) = Store(db).memories("u1")
-    assert memory["hits"] == 0
-
-
-def test_task_expiry_from_ttl(db):
-    jobs.remember(db, payload("next time: book review", "book review", type_="task", ttl_days=30))
-    (memory,) = Store(db).memories("u1")
-    assert memory["expires_at"] == 1_700_000_000 + 30 * 86400
-
-
-def test_touch_counts_only_the_users_own_memories(db):
-    jobs.remember(db, payload("likes tea", "tea", user="u1"))
-    jobs.remember(db, payload("likes tea", "tea", user="u2"))
-    (mine,), (theirs,) = Store(db).memories("u1"), Store(db).memories("u2")
-    assert jobs.touch(db, "u1", [mine["id"], theirs["id"]], 1_700_000_900) == 1
-    assert Store(db).get(mine["id"])["hits"] == 1 and Store(db).get(mine["id"])["last_accessed"] == 1_700_000_900
-    assert Store(db).get(theirs["id"])["hits"] == 0
-
-
-def test_forget_is_physical_and_audited(db, tmp_path):
-    jobs.remember(db, payload("plays tennis every sunday", "tennis"))
-    jobs.remember(db, payload("likes zanzibarian oolong", "oolong"))
-    jobs.remember(db, payload("likes zanzibarian oolong", "oolong", user="u2"))
-    assert jobs.forget(db, "u1", "I play tennis", 1_700_000_999) == 1
-    assert [m["content"] for m in Store(db).memories("u1")] == ["likes zanzibarian oolong"]
-    assert jobs.forget(db, "u1", None, 1_700_001_000) == 1
-    assert Store(db).memories("u1") == []
-    assert [m["user_id"] for m in Store(db).memories()] == ["u2"]  # never another user's
-    conn = sqlite3.connect(db)
-    audit = conn.execute("select user_id, action, count, reason from audit order by id").fetchall()
-    assert audit == [("u1", "forget_match", 1, "user request"), ("u1", "forget_all", 1, "user request")]
-    jobs.forget(db, "u2", None, 1_700_001_001)
-    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("memo.db"))
-    assert b"tennis" not in raw and b"zanzibarian" not in raw
-
-
-@pytest.mark.parametrize("make_path", [
-    pytest.param(lambda tmp: tmp / "not-a-db.db", id="not-a-database"),
-    pytest.param(lambda tmp: tmp / "dir.db", id="a-directory"),
-])
-def test_unusable_database_is_a_clear_error(tmp_path, make_path):
-    path = make_path(tmp_path)
-    if path.name == "dir.db":
-        path.mkdir()
-    else:
-        path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StoreError, match="cannot use .* as the memory database"):
+def test_an_unusable_database_is_a_clear_error(tmp_path, make):
+    path = tmp_path / "x.db"
+    make(path)
+    with pytest.raises(StoreError, match="memory database|schema version 99"):
         Store(path)
 
 
@@ -122,18 +81,13 @@ def test_busy_timeout_on_every_connection(db):
             assert store.db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
 
 
-def test_a_statement_older_than_forget_everything_is_discarded(db):
-    with Store(db) as store:
-        store.forget("u1", ts=1_700_000_500, reason="user request")
-        assert store.remember(payload("likes jazz", "jazz", ts=1_700_000_400, job_key="late")) == ["discarded"]
-        assert store.remember(payload("likes jazz", "jazz", ts=1_700_000_600, job_key="new")) == ["stored"]
-        assert store.remember(payload("likes tea", "tea", user="u2", ts=1_700_000_400)) == ["stored"]
+def test_a_read_only_store_refuses_writes(db):
+    Store(db).close()
+    with Store(db, readonly=True) as store, pytest.raises(sqlite3.OperationalError):
+        store.remember(payload("likes tea", "tea"))
 
 
 def test_a_writer_waits_for_another_instead_of_failing(db):
-    import threading
-    import time
-
     Store(db).close()
     holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")  # another worker in the middle of a write
@@ -145,108 +99,292 @@ def test_a_writer_waits_for_another_instead_of_failing(db):
     holder.close()
 
 
-def received(content, key, at, **kwargs):
-    return {**payload(content, key, **kwargs), "received": at}
+# -- remember: dedup, supersession, idempotent jobs -------------------------------------------
+
+def test_the_same_statement_again_merges(db):
+    with Store(db) as store:
+        assert store.remember(payload("likes jazz", "jazz", message_id="a")) == ["stored"]
+        assert store.remember(payload("Likes  jazz!", "jazz", ts=T0 + 100, message_id="b")) == ["merged"]
+        (memory,) = store.list("u1", include_inactive=True)
+    assert memory["hits"] == 1 and memory["confidence"] == pytest.approx(0.8)
+    assert memory["source_ts"] == T0 + 100 and memory["source_ids"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("first, second", [
+    pytest.param(("喜欢喝咖啡", 1), ("不喜欢喝咖啡", -1), id="zh-opposite"),
+    pytest.param(("likes running", 1), ("dislikes running", -1), id="en-opposite"),
+    pytest.param(("lives in Berlin", 1), ("lives in Paris", 1), id="en-new-value"),
+])
+def test_a_newer_statement_supersedes_and_the_older_is_kept(db, first, second):
+    with Store(db) as store:
+        store.remember(payload(first[0], "slot", polarity=first[1]))
+        assert store.remember(payload(second[0], "slot", polarity=second[1], ts=T0 + 500)) == ["superseded"]
+        active = store.list("u1")
+        everything = store.list("u1", include_inactive=True)
+    assert contents(active) == [second[0]]
+    (old,) = [m for m in everything if m["content"] == first[0]]
+    assert old["status"] == "superseded" and old["active"] is False and old["superseded_by"] == active[0]["id"]
+
+
+def test_a_job_key_makes_remember_idempotent(db):
+    assert jobs.remember(db, payload("likes tea", "tea", job_key="k1")) == ["stored"]
+    assert jobs.remember(db, payload("likes tea", "tea", job_key="k1")) == ["duplicate_job"]
+    with Store(db) as store:
+        (memory,) = store.list("u1")
+    assert memory["hits"] == 0
+
+
+def test_a_task_expires_after_its_ttl(db):
+    jobs.remember(db, payload("next time: book review", "book review", type_="task", ttl_days=30))
+    with Store(db) as store:
+        (memory,) = store.list("u1")
+    assert memory["expires_at"] == T0 + 30 * 86400
+
+
+def test_touch_counts_only_the_users_own_memories(db):
+    jobs.remember(db, payload("likes tea", "tea", user="u1"))
+    jobs.remember(db, payload("likes tea", "tea", user="u2"))
+    with Store(db) as store:
+        (mine,), (theirs,) = store.list("u1"), store.list("u2")
+        assert jobs.touch(db, "u1", [mine["id"], theirs["id"]], T0 + 900) == 1
+        assert store.touch("u1", {mine["id"]: 3}, T0 + 800) == 1
+        mine, theirs = store.get("u1", mine["id"]), store.get("u2", theirs["id"])
+    assert (mine["hits"], mine["last_accessed"]) == (4, T0 + 900)  # the latest use stays the latest
+    assert (theirs["hits"], theirs["last_accessed"]) == (0, None)
+
+
+def test_one_user_never_reads_or_deletes_another_users_memories(db):
+    with Store(db) as store:
+        store.remember(payload("likes tea", "tea", user="u1"))
+        store.remember(payload("likes jazz", "jazz", user="u2"))
+        (theirs,) = store.list("u2")
+        assert store.get("u1", theirs["id"]) is None
+        assert store.search("u1", tokens("tea jazz")) and contents(store.search("u1", tokens("jazz"))) == []
+        assert store.edit("u1", theirs["id"], "likes polka", at=T0) is None
+        assert store.delete("u1", [theirs["id"]], ts=T0) == 0
+        assert contents(store.list("u2")) == ["likes jazz"]
+        assert [m["user_id"] for m in store.list()] == ["u1", "u2"]
+
+
+# -- search -------------------------------------------------------------------------------------
+
+def test_search_reads_only_the_users_own_memories_of_a_common_word(db):
+    with Store(db) as store:
+        crowd = {"job_key": None, "user_id": "crowd", "session_id": "s", "ts": T0, "message_id": None,
+                 "candidates": [candidate(f"likes coffee number {i}", f"coffee {i}") for i in range(3000)]}
+        assert set(store.remember(crowd)) == {"stored"}
+        store.remember(payload("likes coffee", "coffee", user="u1"))
+        store.remember(payload("drinks coffee at dawn", "dawn coffee", user="u1", ts=T0 + 1))
+        found = store.search("u1", tokens("any coffee tips?"), limit=5)
+        assert sorted(contents(found)) == ["drinks coffee at dawn", "likes coffee"]
+        assert len(store.search("crowd", tokens("coffee"), limit=5)) == 5
+
+
+def test_search_puts_the_best_match_first_and_skips_superseded_memories(db):
+    with Store(db) as store:
+        for n in range(30):  # an old slot said over and over: superseded memories with the word
+            store.remember(payload(f"plays chess at club {n}", "chess", ts=T0 + n))
+        store.remember(payload("likes chess problems", "chess problems", ts=T0 + 100))
+        store.remember(payload("reads chess books about chess openings", "chess books", ts=T0 + 101))
+        found = store.search("u1", tokens("chess openings"), limit=3)
+    assert contents(found)[0] == "reads chess books about chess openings"
+    assert sorted(contents(found)) == ["likes chess problems", "plays chess at club 29",
+                                       "reads chess books about chess openings"]
+
+
+@pytest.mark.parametrize("stored, query", [
+    pytest.param("喜欢喝美式咖啡", "推荐一杯咖啡", id="zh-bigram"),
+    pytest.param("住在杭州西湖区", "杭州有什么好吃的", id="zh-place"),
+    pytest.param("likes playing tennis", "any tennis tips?", id="en-word"),
+    pytest.param("喜欢听jazz", "recommend some jazz", id="mixed"),
+])
+def test_search_matches_words_and_chinese_bigrams(db, stored, query):
+    with Store(db) as store:
+        store.remember(payload(stored, stored))
+        store.remember(payload("has a cat", "cat", language="zh"))
+        assert contents(store.search("u1", tokens(query))) == [stored]
+
+
+def test_search_matches_topics(db):
+    with Store(db) as store:
+        store.remember(payload("doesn't eat pork", "pork", polarity=-1, topics=["food"]))
+        store.remember(payload("likes jazz", "jazz", topics=["music"]))
+        assert contents(store.search("u1", ["lunch", "topic:food"])) == ["doesn't eat pork"]
+        assert contents(store.search("u1", ["food"])) == []  # a topic is not a word
+
+
+def test_search_always_includes_style_and_memories_awaiting_confirmation(db):
+    with Store(db) as store:
+        store.remember(payload("answers in English", "style:language", type_="style"))
+        store.remember(payload("renew the passport", "passport", type_="task", ttl_days=1))
+        store.remember(payload("likes jazz", "jazz"))
+        store.remember(payload("likes tea", "tea", ts=T0 + 10))
+        assert contents(store.search("u1", tokens("jazz"))) == ["likes jazz", "answers in English"]
+        maintain(store, now=T0 + 86400)  # the task expires: it awaits a confirmation
+        found = store.search("u1", tokens("weather"))
+        assert sorted(contents(found)) == ["answers in English", "renew the passport"]
+        (task,) = [m for m in found if m["status"] == "pending_confirm"]
+        store.touch("u1", [task["id"]], T0 + 2 * 86400)  # asked about once: not again
+        assert contents(store.search("u1", tokens("weather"))) == ["answers in English"]
+        assert contents(store.search("u2", tokens("jazz"))) == []
+
+
+def test_search_everything_gives_the_latest_recallable_memories(db):
+    with Store(db) as store:
+        for n, (content, key) in enumerate([("likes jazz", "jazz"), ("likes tea", "tea"), ("likes golf", "golf"),
+                                            ("dislikes golf", "golf")]):
+            store.remember(payload(content, key, ts=T0 + n, polarity=-1 if content.startswith("dis") else 1))
+        store.remember(payload("likes chess", "chess", user="u2"))
+        assert contents(store.search("u1", [], everything=True)) == ["dislikes golf", "likes tea", "likes jazz"]
+        assert contents(store.search("u1", [], everything=True, limit=2)) == ["dislikes golf", "likes tea"]
+        assert store.search("u1", []) == []
+
+
+# -- edit -----------------------------------------------------------------------------------------
+
+def test_an_edit_is_found_by_its_new_words_and_leaves_no_old_ones(db):
+    with Store(db) as store:
+        store.remember(payload("likes zanzibarian oolong", "oolong"))
+        (memory,) = store.list("u1")
+        edited = store.edit("u1", memory["id"], "likes sencha", at=T0 + 10.5)
+        assert (edited["content"], edited["key"], edited["updated_at"]) == ("likes sencha", "oolong", T0 + 10)
+        assert contents(store.search("u1", tokens("sencha"))) == ["likes sencha"]
+        assert store.search("u1", tokens("zanzibarian")) == []
+    assert index_terms("u1", ["zanzibarian"])[0].encode() not in database_bytes(db)
+
+
+def test_an_edit_marker_discards_what_was_said_of_the_slot_before_it_only(db):
+    at = T0 + 100.5
+    with Store(db) as store:
+        store.remember(payload("likes tea", "tea", ts=T0))
+        (memory,) = store.list("u1")
+        store.edit("u1", memory["id"], "likes white tea", at=at)
+        assert store.remember(payload("likes green tea", "tea", ts=T0 + 50)) == ["discarded"]  # no receipt: ts
+        # Read by the server before the edit, whatever time its client gave it.
+        assert store.remember(payload("likes black tea", "tea", received=at - 0.1, ts=T0 + 200)) == ["discarded"]
+        assert store.remember(payload("likes black tea", "tea", received=at + 0.1, ts=T0)) == ["superseded"]
+        assert store.remember(payload("likes jazz", "jazz", ts=T0 + 50)) == ["stored"]  # another slot
+        assert store.remember(payload("likes oolong tea", "tea", user="u2", ts=T0 + 50)) == ["stored"]
+        assert contents(store.list("u1")) == ["likes black tea", "likes jazz"]
+        # Markers older than a job can wait go when the next edit is written.
+        (jazz,) = [m for m in store.list("u1") if m["key"] == "jazz"]
+        store.edit("u1", jazz["id"], "likes bebop", at=at + 9 * 86400)
+        assert store.remember(payload("likes green tea", "tea", received=at - 1, ts=T0)) == ["superseded"]
+
+
+# -- forget and delete --------------------------------------------------------------------------
+
+def test_forget_is_physical_and_audited(db):
+    jobs.remember(db, payload("plays tennis every sunday", "tennis"))
+    jobs.remember(db, payload("likes zanzibarian oolong", "oolong"))
+    jobs.remember(db, payload("likes zanzibarian oolong", "oolong", user="u2"))
+    tennis_term = index_terms("u1", ["tennis"])[0].encode()
+    assert b"tennis" in database_bytes(db) and tennis_term in database_bytes(db)
+    assert jobs.forget(db, "u1", "I play tennis", T0 + 999) == 1
+    with Store(db) as store:
+        assert contents(store.list("u1")) == ["likes zanzibarian oolong"]
+    assert jobs.forget(db, "u1", None, T0 + 1000) == 1
+    with Store(db) as store:
+        assert store.list("u1", include_inactive=True) == []
+        assert contents(store.list("u2")) == ["likes zanzibarian oolong"]  # never another user's
+        assert [(a["action"], a["count"], a["reason"]) for a in store.audit("u1")] == [
+            ("forget_match", 1, "user request"), ("forget_all", 1, "user request")]
+        assert store.audit("u2") == []
+    raw = database_bytes(db)
+    assert b"tennis" not in raw and tennis_term not in raw  # the row, the index entry, the WAL
+    assert b"zanzibarian" in raw  # u2's
+    jobs.forget(db, "u2", None, T0 + 1001)
+    assert b"zanzibarian" not in database_bytes(db)
+
+
+def test_delete_is_physical_and_audited(db):
+    with Store(db) as store:
+        store.remember(payload("plays the theremin", "theremin"))
+        store.remember(payload("likes tea", "tea"))
+        theremin, _ = store.list("u1")
+        assert store.delete("u1", [theremin["id"], 12345], ts=T0 + 5, reason="page") == 1
+        assert contents(store.list("u1")) == ["likes tea"]
+        assert store.audit("u1") == [{"action": "delete", "count": 1, "at": T0 + 5, "reason": "page"}]
+        assert store.search("u1", tokens("theremin")) == []
+    assert b"theremin" not in database_bytes(db)
+
+
+def test_a_statement_older_than_forget_everything_is_discarded(db):
+    with Store(db) as store:
+        store.forget("u1", ts=T0 + 500, reason="user request")
+        assert store.remember(payload("likes jazz", "jazz", ts=T0 + 400, job_key="late")) == ["discarded"]
+        assert store.remember(payload("likes jazz", "jazz", ts=T0 + 600, job_key="new")) == ["stored"]
+        assert store.remember(payload("likes tea", "tea", user="u2", ts=T0 + 400)) == ["stored"]
 
 
 def test_forget_markers_order_statements_by_the_servers_receipt_time(tmp_path):
     """A marker with the server's time (a page deletion, a chat forget the middleware read)
     meets a payload's receipt time; the client times (ts) order only what lacks either."""
-    store = Store(str(tmp_path / "m.db"))
-    at = 1_700_000_100.5
-    with store.write():
-        store.mark_forgotten("u1", "likes green tea", int(at), at=at)
-    # Read before the deletion, from a client a year ahead: forgotten.
-    assert store.remember(received("likes green tea", "tea", at - 0.1, ts=int(at) + 365 * 86400)) == ["discarded"]
-    # Read after it, from a client a day behind: stored.
-    assert store.remember(received("likes green tea", "tea", at + 0.1, ts=int(at) - 86400)) == ["stored"]
-    assert store.remember(received("likes green tea", "tea", at - 1, user="u2", ts=int(at) - 86400)) == ["stored"]
-    # No receipt time (a job queued before payloads carried one): the client's ts, as before.
-    store2 = Store(str(tmp_path / "m2.db"))
-    with store2.write():
-        store2.mark_forgotten("u1", "likes green tea", int(at), at=at)
-    assert store2.remember(payload("likes green tea", "tea", ts=int(at) - 10)) == ["discarded"]
-    assert store2.remember(payload("likes green tea", "tea", ts=int(at) + 10)) == ["stored"]
+    at = T0 + 100.5
+    with Store(tmp_path / "m.db") as store:
+        store.forget("u1", match="likes green tea", ts=int(at), at=at, reason="test")
+        # Read before the request, from a client a year ahead: forgotten.
+        assert store.remember(payload("likes green tea", "tea", received=at - 0.1, ts=int(at) + 365 * 86400)) == [
+            "discarded"]
+        # Read after it, from a client a day behind: stored.
+        assert store.remember(payload("likes green tea", "tea", received=at + 0.1, ts=int(at) - 86400)) == ["stored"]
+        assert store.remember(payload("likes green tea", "tea", user="u2", received=at - 1)) == ["stored"]
+    with Store(tmp_path / "m2.db") as store:  # no receipt time (a replay): the client's ts
+        store.forget("u1", match="likes green tea", ts=int(at), at=at, reason="test")
+        assert store.remember(payload("likes green tea", "tea", ts=int(at) - 10)) == ["discarded"]
+        assert store.remember(payload("likes green tea", "tea", ts=int(at) + 10)) == ["stored"]
 
 
-def test_forget_all_with_the_servers_time_orders_statements_by_receipt(tmp_path):
-    store = Store(str(tmp_path / "m.db"))
-    at = 1_700_000_100.5
-    assert store.remember(payload("likes jazz", "jazz")) == ["stored"]
-    assert store.remember(payload("likes bebop", "bebop", ts=int(at) + 365 * 86400)) == ["stored"]  # a clock ahead
-    # A (late) job's forget leaves what its client said after it; one carried out now does not.
-    assert store.forget("u1", ts=int(at), reason="test") == 1
-    assert [m["content"] for m in store.memories("u1")] == ["likes bebop"]
-    assert store.forget("u1", ts=int(at), reason="test", at=at, now=True) == 1
-    # Said before "forget me" (its job late), from a client clock ahead: not stored.
-    assert store.remember(received("likes blues", "blues", at - 1, ts=int(at) + 86400)) == ["discarded"]
-    # Said after it, from a client clock behind: stored (the audit's client time does not rule it).
-    assert store.remember(received("likes funk", "funk", at + 1, ts=int(at) - 86400)) == ["stored"]
-    # Without a receipt time, the audit's forget_all decides by the client's ts, as before.
-    assert store.remember(payload("likes soul", "soul", ts=int(at) - 5)) == ["discarded"]
-    assert [m["content"] for m in store.memories("u1")] == ["likes funk"]
-    # No words are kept for "everything".
-    assert store.db.execute("select tokens from forget_markers where server_at is not null").fetchall() == [("null",)]
+def test_forget_all_with_the_servers_time_orders_statements_by_receipt(db):
+    at = T0 + 100.5
+    with Store(db) as store:
+        assert store.remember(payload("likes jazz", "jazz")) == ["stored"]
+        assert store.remember(payload("likes bebop", "bebop", ts=int(at) + 365 * 86400)) == ["stored"]  # clock ahead
+        # A (late) job's forget spares what its client said after it; one carried out now does not.
+        assert store.forget("u1", ts=int(at), reason="test") == 1
+        assert contents(store.list("u1")) == ["likes bebop"]
+        assert store.forget("u1", ts=int(at), reason="test", at=at, now=True) == 1
+        # Said before "forget me" (its job late), from a client clock ahead: not stored.
+        assert store.remember(payload("likes blues", "blues", received=at - 1, ts=int(at) + 86400)) == ["discarded"]
+        # Said after it, from a client clock behind: stored.
+        assert store.remember(payload("likes funk", "funk", received=at + 1, ts=int(at) - 86400)) == ["stored"]
+        # Without a receipt time, the client's ts decides.
+        assert store.remember(payload("likes soul", "soul", ts=int(at) - 5)) == ["discarded"]
+        assert contents(store.list("u1")) == ["likes funk"]
 
 
-def test_a_forget_all_without_the_servers_time_still_orders_timed_payloads(tmp_path):
-    """A forget job queued before jobs carried their receipt time (or a replay) leaves a
-    marker of the client's time: a timed payload said before it is still discarded."""
-    store = Store(str(tmp_path / "m.db"))
-    t = 1_700_000_100
-    assert store.forget("u1", ts=t, reason="test") == 0
-    assert store.remember(received("likes blues", "blues", t - 50, ts=t - 50)) == ["discarded"]
-    assert store.remember(received("likes funk", "funk", t + 50, ts=t + 50)) == ["stored"]
+def test_a_forget_all_without_the_servers_time_still_orders_timed_payloads(db):
+    with Store(db) as store:
+        assert store.forget("u1", ts=T0, reason="test") == 0
+        assert store.remember(payload("likes blues", "blues", received=T0 - 50, ts=T0 - 50)) == ["discarded"]
+        assert store.remember(payload("likes funk", "funk", received=T0 + 50, ts=T0 + 50)) == ["stored"]
 
 
-def test_forget_markers_age_by_this_process_clock(tmp_path):
+def test_forget_markers_age_by_this_process_clock(db):
     """Not by a request's time: a client a year ahead does not drop other users' markers."""
-    store = Store(str(tmp_path / "m.db"))
     now = time.time()
-    with store.write():
-        store.mark_forgotten("u1", "likes jazz", int(now) - 9 * 86400)  # older than a job can wait
-        store.mark_forgotten("u2", "likes tango", int(now) - 60)
-        store.mark_forgotten("u3", "likes salsa", int(now) - 60, at=now - 60)
-        store.mark_forgotten("u4", "likes polka", int(now) + 365 * 86400)  # its client's clock ahead
-    users = [u for (u,) in store.db.execute("select user_id from forget_markers order by user_id")]
-    assert users == ["u2", "u3", "u4"]
+    with Store(db) as store:
+        store.forget("u1", match="likes jazz", ts=int(now) - 9 * 86400, reason="t")  # older than a job waits
+        store.forget("u2", match="likes tango", ts=int(now) - 60, reason="t")
+        store.forget("u3", match="likes salsa", ts=int(now) - 60, at=now - 60, reason="t")
+        store.forget("u4", match="likes polka", ts=int(now) + 365 * 86400, reason="t")  # its clock ahead
+        assert store.remember(payload("likes jazz", "jazz", user="u1", ts=int(now) - 10 * 86400)) == ["stored"]
+        assert store.remember(payload("likes tango", "tango", user="u2", ts=int(now) - 120)) == ["discarded"]
+        assert store.remember(payload("likes salsa", "salsa", user="u3", received=now - 120)) == ["discarded"]
+        assert store.remember(payload("likes polka", "polka", user="u4", ts=int(now))) == ["discarded"]
 
 
-def test_an_edit_marker_discards_what_was_said_of_the_slot_before_it_only(tmp_path):
-    store = Store(str(tmp_path / "m.db"))
-    with store.write():
-        store.mark_edited("u1", "tea", 1_700_000_100.5)
-    assert store.remember(payload("likes green tea", "tea", ts=1_700_000_050)) == ["discarded"]  # no receipt: ts
-    assert store.remember(received("likes black tea", "tea", 1_700_000_100.4, ts=1_700_000_200)) == ["discarded"]
-    # Read by the server after the edit, whatever time the client gave it.
-    assert store.remember(received("likes black tea", "tea", 1_700_000_100.6, ts=1_700_000_000)) == ["stored"]
-    assert store.remember(payload("likes jazz", "jazz", ts=1_700_000_050)) == ["stored"]  # another slot
-    assert store.remember(payload("likes oolong tea", "tea", user="u2", ts=1_700_000_050)) == ["stored"]
-    # The slot is kept as a hash, not as its words.
-    assert store.db.execute("select count(*) from edit_markers where slot like '%tea%'").fetchone()[0] == 0
-    with store.write():  # markers older than a job can wait go when the next is written
-        store.mark_edited("u1", "jazz", 1_700_000_100 + 9 * 86400)
-    assert store.db.execute("select count(*) from edit_markers").fetchone()[0] == 1
+def test_forget_everything_deletes_the_profile_too(db):
+    from memo_mw import counters
+    from memo_mw import insights as profile
 
-
-def test_a_forget_marker_hashed_before_clitics_were_split_still_matches(tmp_path):
-    """Markers keep hashed tokens only; one made when "John's" was the token john' (and
-    "don't" don't) must still stop what it named, and nothing else."""
-    from memo_mw.userstate import _hashed
-
-    store = Store(str(tmp_path / "m.db"))
-    at = 1_700_000_100
-    with store.write():
-        for words in ({"john'", "car"}, {"don't", "olive"}):  # as "John's car", "don't like olives" hashed then
-            store.db.execute("insert into forget_markers (user_id, tokens, at, server_at) values (?, ?, ?, null)",
-                             ["u1", json.dumps(sorted(_hashed(frozenset(words)))), at])
-    assert store.remember(payload("John's car is red", "john's car", ts=at - 10)) == ["discarded"]
-    assert store.remember(payload("don't eat olives", "olives", polarity=-1, ts=at - 10)) == ["discarded"]
-    assert store.remember(payload("Johnny has a red bike", "bike", ts=at - 10)) == ["stored"]
-    # A full-width apostrophe is one after NFKC, then and now.
-    assert store.remember(payload("John＇s car is blue", "john＇s car", ts=at - 10)) == ["discarded"]
-    # Markers made now name the same memories by their new tokens.
-    with store.write():
-        store.mark_forgotten("u1", "Maria's flat", at)
-    assert store.remember(payload("Maria's flat is in Porto", "maria's flat", ts=at - 10)) == ["discarded"]
-    assert store.remember(payload("Maria lives in Porto", "maria", ts=at - 10)) == ["stored"]
+    with Store(db) as store:
+        for user in ("u1", "u2"):
+            counters.add(store, user, {("2023-W46", "music"): 5})
+            store.remember(payload("likes jazz", "jazz", user=user, topics=["music"]))
+            assert profile.run(store, user, now=T0)
+        store.forget("u1", match="likes jazz", ts=T0 + 1, reason="t")
+        assert profile.read(store, "u1") and counters.rows(store, "u1")  # a targeted forget keeps them
+        store.forget("u1", ts=T0 + 2, reason="t")
+        assert profile.read(store, "u1") == [] and counters.rows(store, "u1") == []
+        assert profile.read(store, "u2") and counters.rows(store, "u2")
