@@ -17,7 +17,8 @@ On each ``POST`` to a chat path with a JSON body (UTF-8, with a ``Content-Length
    what it captured, or for a forget request (:mod:`memo_mw.queue`).
 
 ``environ["memo.memories"]`` is the list of memories recalled (empty when none), on every ``POST``
-to a chat path; ``environ["memo.block"]`` the block, ``environ["memo.capture"]`` the funnel's stage.
+to a chat path; ``environ["memo.block"]`` the block, ``environ["memo.capture"]`` the funnel's stage,
+``environ["memo.profile"]`` the user's insight lines in the block (:mod:`memo_mw.insights`), when any.
 
 The request path reads SQLite but never writes it, and does no network I/O but Redis. Any request
 on which something goes wrong reaches the app exactly as it came: the same body bytes and the same
@@ -145,6 +146,7 @@ class MemoryMiddleware:
             log.exception("memo-mw: memory step failed; request passed through unchanged")
             environ[ENVIRON_MEMORIES] = []
             environ.pop(ENVIRON_BLOCK, None)
+            environ.pop(ENVIRON_PROFILE, None)
             new_raw = None
         if new_raw is None:
             environ["wsgi.input"] = io.BytesIO(raw)
@@ -208,7 +210,8 @@ class MemoryMiddleware:
             log.exception("memo-mw: capture funnel failed; recalling without capture")
             result = None
         forget = result is not None and result.stage == "forget"
-        if result is not None and not forget:
+        if result is not None and result.stage not in ("forget", "sensitive"):
+            # A message in a sensitive category leaves nothing, not even a count on its topics.
             self._count_topics(user_id, turn.message, now)
         state = self._user_state(user_id)
         if forget:
@@ -235,6 +238,9 @@ class MemoryMiddleware:
         if not memories and not profile:
             return None
         block = format_block(memories, profile)
+        # The new body first: the environ, the hit counts and the "asked once" mark are for a
+        # block the app does get.
+        new_raw = json_utf8(inject(body, turn, block, field=self.inject_field))
         environ[ENVIRON_MEMORIES] = memories
         environ[ENVIRON_BLOCK] = block
         if profile:
@@ -245,7 +251,7 @@ class MemoryMiddleware:
         asked = [m["id"] for m in memories if m.get("status") == "pending_confirm"]
         if asked:  # asked once: not again, even before the touch job records it
             self._call_state("add_shown", user_id, asked)
-        return json_utf8(inject(body, turn, block, field=self.inject_field))
+        return new_raw
 
     def _count_topics(self, user_id: str, message: str, now: float) -> None:
         """Note the message's topics for the weekly insights (names and counts, never text)."""

@@ -16,10 +16,11 @@ are always in; the top ``k`` are taken under a character budget.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,8 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
     memories = [m for m in memories if m.get("status") == "pending_confirm" or not _expired(m, now)]
     if not memories:
         return []
-    max_hits = max(config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
+    # At least 1: with no hits anywhere and hotness_full 0, the scale would be log(1) = 0.
+    max_hits = max(1, config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
     scored = []
     for memory in memories:
         always = 2 if memory.get("type") == "style" else 1 if memory.get("status") == "pending_confirm" else 0
@@ -115,11 +117,19 @@ class Recaller:
         self.config = config
         self._local = threading.local()
 
-    def store(self) -> Store:
+    @contextlib.contextmanager
+    def store(self) -> Iterator[Store]:
+        """This thread's read-only store; one that failed is closed, and the next read opens the
+        file again (it may have been replaced or repaired meanwhile)."""
         store = getattr(self._local, "store", None)
         if store is None:
             store = self._local.store = Store(self.db, readonly=True)
-        return store
+        try:
+            yield store
+        except Exception:
+            self._local.store = None
+            store.close()
+            raise
 
     def recall(self, user_id: str, message: str, *, now: float | None = None, state: UserState = EMPTY,
                recall_all: bool | None = None) -> list[dict[str, Any]]:
@@ -128,8 +138,7 @@ class Recaller:
         if recall_all is None:
             recall_all = self.funnel.is_recall_all(message)
         query_tokens, query_topics = self.funnel.topics.analyse(message)
-        store = self.store()
-        try:
+        with self.store() as store:
             words = set(query_tokens) | {f"topic:{t}" for t in query_topics}
             candidates = store.search(user_id, words, everything=recall_all)
             slots = {c["key"] for p in state.pending for c in p.get("candidates", [])}
@@ -138,10 +147,6 @@ class Recaller:
                 candidates += [m for m in store.rows(
                     f"where user_id = ? and key in ({','.join('?' * len(slots))}) and {RECALLABLE}",
                     [user_id, *slots]) if m["id"] not in seen]
-        except Exception:
-            self._local.store = None  # a connection that failed is not used again
-            store.close()
-            raise
         return score(visible(candidates, state), query_tokens, query_topics, now=now, config=self.config,
                      recall_all=recall_all, tag=self.funnel.topics.tag)
 
@@ -149,9 +154,9 @@ class Recaller:
         """The user's insight lines for the block's [PROFILE] section (none after "forget me")."""
         if any(f["tokens"] is None for f in state.forgets) or defaults.PROFILE_RECALL_K <= 0:
             return []
-        rows = self.store().db.execute(
-            "select topic, text from insights where user_id = ? order by rank limit ?",
-            [user_id, defaults.PROFILE_RECALL_K])
+        with self.store() as store:
+            rows = store.db.execute("select topic, text from insights where user_id = ? order by rank limit ?",
+                                    [user_id, defaults.PROFILE_RECALL_K]).fetchall()
         chosen, used = [], 0
         for topic, text in rows:
             cost = len(profile_line({"text": text}))

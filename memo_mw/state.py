@@ -84,9 +84,9 @@ class RedisState:
         if fields:
             self.connection.hdel(self.key(user_id), *fields)
 
-    def add_forget(self, user_id: str, marker: dict[str, Any], *, pipe: Any = None) -> None:
+    def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
         """Record a forget marker, and take what it names out of the pending payloads."""
-        self._write(pipe, lambda p: p.hset(self.key(user_id), f"f:{uuid.uuid4().hex}", json.dumps(marker)), user_id)
+        self._write(None, lambda p: p.hset(self.key(user_id), f"f:{uuid.uuid4().hex}", json.dumps(marker)), user_id)
         for payload in self.read(user_id).pending:
             kept = without_forgotten(payload, [marker])
             if kept["candidates"] != payload.get("candidates"):
@@ -94,7 +94,9 @@ class RedisState:
                               args=["p:" + payload["job_key"], json.dumps(kept) if kept["candidates"] else ""])
 
     def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
-        self._write(None, lambda p: p.hset(self.key(user_id), mapping={f"s:{int(i)}": 1 for i in ids}), user_id)
+        fields = {f"s:{int(i)}": 1 for i in ids}
+        if fields:  # HSET takes at least one field: nothing shown is nothing to write
+            self._write(None, lambda p: p.hset(self.key(user_id), mapping=fields), user_id)
 
     def _write(self, pipe: Any, command: Callable[[Any], Any], user_id: str) -> None:
         own = pipe is None
@@ -123,7 +125,7 @@ class LocalState:
             shown = {int(k[2:]) for k in fields if k.startswith("s:")}
         return UserState(tuple(sorted(pending, key=_ts)), tuple(sorted(forgets, key=_ts)), frozenset(shown))
 
-    def put_pending(self, user_id: str, payload: dict[str, Any], *, pipe: Any = None) -> None:
+    def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
         with self._lock:
             self._fields(user_id)["p:" + payload["job_key"]] = payload
 
@@ -133,7 +135,7 @@ class LocalState:
             for key in job_keys:
                 fields.pop("p:" + key, None)
 
-    def add_forget(self, user_id: str, marker: dict[str, Any], *, pipe: Any = None) -> None:
+    def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
         with self._lock:
             fields = self._fields(user_id)
             fields[f"f:{uuid.uuid4().hex}"] = marker
