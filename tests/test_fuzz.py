@@ -2,7 +2,7 @@
 without it (or, for a chat body it read, exactly the documented memory block added), no
 exception escapes, and the app's response iterable is returned as is and closed once.
 
-The middleware runs on the embedded backend (the in-process job thread) over a real SQLite
+The middleware runs in embedded mode (the in-process job thread) over a real SQLite
 file seeded with memories, so captures are stored and recalls inject while the fuzzer runs.
 """
 
@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from memo_mw import MemoryMiddleware
+from memo_mw.adapters import read_turn
+from memo_mw.middleware import remember_payload
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END
 from memo_mw.store import Store
 
@@ -64,17 +66,15 @@ class StreamingApp:
 def middleware(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("fuzz") / "memo.db")
     app = StreamingApp()
-    mw = MemoryMiddleware(app, db=db)  # embedded backend: a real job thread, a real SQLite file
+    mw = MemoryMiddleware(app, db=db)  # embedded mode: a real job thread, a real SQLite file
     with Store(db) as store:
         for user in USERS:
             for text in ("I like green tea", "I play the ukulele", "我喜欢喝乌龙茶"):
-                result = mw.funnel.process(text)
-                from memo_mw.pipeline import remember_payload
-
-                store.remember(remember_payload(result, user_id=user, session_id="s", ts=1_700_000_000,
-                                                message_id=None, time_key=text))
+                turn = read_turn({"message": text, "session_id": "s", "ts": 1_700_000_000})
+                store.remember(remember_payload(mw.funnel.process(text), user_id=user, turn=turn, ts=turn.ts,
+                                                received=turn.ts))
     yield mw, app
-    mw.queue.close()
+    mw.queue.join()
 
 
 def serve(mw, app, environ):
@@ -182,9 +182,9 @@ bodies = st.one_of(
     st.just(b"\xef\xbb\xbf" + encoded({"message": "I like tea"})),  # a BOM
     plain_bodies.map(lambda b: json.dumps(b).encode("utf-16")),
 )
-content_types = st.sampled_from(["application/json", "application/json; charset=utf-8", "application/json; charset=latin-1",
-                                 "text/plain", "", "multipart/form-data; boundary=x", "application/merge-patch+json",
-                                 "APPLICATION/JSON"])
+content_types = st.sampled_from(["application/json", "application/json; charset=utf-8",
+                                 "application/json; charset=latin-1", "text/plain", "",
+                                 "multipart/form-data; boundary=x", "application/merge-patch+json", "APPLICATION/JSON"])
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -254,7 +254,7 @@ def test_the_response_is_closed_when_the_app_raises_after_the_middleware_rewrote
     environ = environ_for(encoded({"message": "I like tea"}), user="alice")
     with pytest.raises(RuntimeError, match="the app's own bug"):  # the app's error, not one of ours
         mw(environ, lambda *a: None)
-    mw.queue.close()
+    mw.queue.join()
 
 
 def test_a_number_too_large_for_a_float_is_passed_through_not_rewritten_as_infinity(middleware):

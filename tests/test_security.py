@@ -12,25 +12,15 @@ import subprocess
 import sys
 
 import pytest
-from flask import Flask, jsonify, request
+from flask import Flask
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memo_mw import MemoryMiddleware
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END, format_block
-from memo_mw.store import Store
 
 from .conftest import drain
-
-
-def echo_app() -> Flask:
-    app = Flask(__name__)
-
-    @app.post("/chat")
-    def chat():
-        return jsonify(received=request.get_json(), memories=request.environ.get("memo.memories", []))
-
-    return app
+from .test_middleware import contents, echo_app, seed
 
 
 def wrapped(db, redis_url=None, **options):
@@ -39,23 +29,10 @@ def wrapped(db, redis_url=None, **options):
     return app
 
 
-def seed(db, user, content):
-    with Store(db) as store:
-        store.remember({"job_key": None, "user_id": user, "session_id": "s", "ts": 1_700_000_000, "message_id": None,
-                        "candidates": [{"type": "preference", "key": content, "polarity": 1, "content": content,
-                                        "excerpt": content, "rule_id": "t", "confidence": 0.8, "ttl_days": None,
-                                        "language": "en"}]})
-
-
-def contents(db, user):
-    with Store(db) as store:
-        return sorted(m["content"] for m in store.memories(user))
-
-
 @pytest.fixture
 def two_users(db):
-    seed(db, "alice", "likes green tea")
-    seed(db, "bob", "likes black coffee")
+    seed(db, "alice", "likes green tea", "green tea", topics=["drink"])  # as the shipped rules tag them
+    seed(db, "bob", "likes black coffee", "black coffee", topics=["drink"])
     return db
 
 
@@ -69,7 +46,7 @@ def test_body_user_is_not_an_identity_by_default(two_users):
     response = client.post("/chat", json={"user_id": "alice", "message": "any green tea tips?"},
                            headers={"X-User-Id": "bob"})
     assert [m["content"] for m in response.json["memories"]] == ["likes black coffee"]
-    client.application.wsgi_app.queue.close()
+    client.application.wsgi_app.queue.join()
     assert contents(two_users, "alice") == ["likes green tea"]  # nothing captured for alice
 
 
@@ -77,7 +54,7 @@ def test_body_user_when_allowed(two_users):
     client = wrapped(two_users, body_user=True).test_client()
     response = client.post("/chat", json={"user_id": "alice", "message": "any green tea tips?"})
     assert [m["content"] for m in response.json["memories"]] == ["likes green tea"]
-    client.application.wsgi_app.queue.close()
+    client.application.wsgi_app.queue.join()
 
 
 def test_get_user_is_the_only_identity_source(two_users):
@@ -91,7 +68,7 @@ def test_get_user_is_the_only_identity_source(two_users):
     own = client.post("/chat", json={"user_id": "bob", "message": "any green tea tips?"},
                       headers={"X-User-Id": "bob", "X-Session": "cookie-a"})
     assert [m["content"] for m in own.json["memories"]] == ["likes green tea"]
-    app.wsgi_app.queue.close()
+    app.wsgi_app.queue.join()
 
 
 @pytest.mark.parametrize("message", ["forget everything you know about me", "forget that I like black coffee",
@@ -155,13 +132,13 @@ def test_the_flask_extension_reads_memo_body_user(two_users, tmp_path, body_user
     from memo_mw import Memo
 
     app = echo_app()
-    app.config.update(MEMO_DB=two_users, MEMO_BODY_USER=body_user, MEMO_OUTBOX=str(tmp_path / "spool"))
+    app.config.update(MEMO_DB=two_users, MEMO_BODY_USER=body_user, MEMO_SPOOL=str(tmp_path / "spool"))
     Memo(app)
     response = app.test_client().post("/chat", json={"user_id": "alice", "message": "any green tea tips?"})
     assert [m["content"] for m in response.json["memories"]] == recalled
     middleware = app.extensions["memo"].middleware
     assert middleware.body_user is body_user
-    middleware.queue.close()
+    middleware.queue.join()
 
 
 def test_the_admin_token_is_compared_in_constant_time(db, monkeypatch):

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from memo_mw.outbox import Outbox
-from memo_mw.store import Store, retry_setup
+from memo_mw.spool import Spool
+from memo_mw.store import Store
 
 PROCESSES = 4
 ROUNDS = 40
@@ -24,8 +24,8 @@ STEP = 0.05  # seconds between rounds
 # worker's outbox, or the store a job worker (or the CLI) opens.
 OPEN = """
 import json, sys, time
-from memo_mw.outbox import Outbox
-from memo_mw.store import Store, retry_setup
+from memo_mw.spool import Spool
+from memo_mw.store import Store
 role, folder, start, rounds, step = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 failures = []
 for n in range(rounds):
@@ -34,8 +34,8 @@ for n in range(rounds):
     while time.time() < at:  # the last few ms spun: a sleep wakes up too unevenly for a race
         pass
     try:
-        if role == "outbox":
-            Outbox(f"{folder}/{n}.outbox")
+        if role == "spool":
+            Spool(f"{folder}/{n}.spool").put({"func": "f", "args": [n]})
         else:
             Store(f"{folder}/{n}.db").close()
     except Exception as exc:
@@ -44,7 +44,7 @@ print(json.dumps(failures))
 """
 
 
-@pytest.mark.parametrize("role", ["outbox", "store"])
+@pytest.mark.parametrize("role", ["spool", "store"])
 def test_processes_opening_new_files_together_all_start(tmp_path, role):
     start = time.time() + 1.5  # past every process's imports
     processes = [subprocess.Popen([sys.executable, "-c", OPEN, role, str(tmp_path), str(start), str(ROUNDS), str(STEP)],
@@ -56,14 +56,14 @@ def test_processes_opening_new_files_together_all_start(tmp_path, role):
         assert process.returncode == 0, err
         failures += json.loads(out)
     assert failures == []
-    # Every file is whole: the outbox's tables, the store's migrations.
+    # Every file is whole: each process's job in the spool, the store's schema.
     for n in range(ROUNDS):
-        if role == "outbox":
-            outbox = Outbox(str(tmp_path / f"{n}.outbox"))
-            assert outbox.count() == 0
+        if role == "spool":
+            jobs = [job for _, job in Spool(str(tmp_path / f"{n}.spool")).peek()]
+            assert jobs == [{"func": "f", "args": [n]}] * PROCESSES
         else:
             with Store(str(tmp_path / f"{n}.db"), readonly=True) as store:
-                assert store.memories() == []
+                assert store.list() == []
 
 
 def test_gunicorn_starts_while_a_worker_holds_the_database_write_lock(tmp_path):
@@ -96,36 +96,3 @@ def test_gunicorn_starts_while_a_worker_holds_the_database_write_lock(tmp_path):
         holder.close()
     assert "locked by another writer" in log
     assert "Worker failed to boot" not in log
-
-
-def test_retry_setup_retries_a_lost_race_only_and_until_its_deadline():
-    import sqlite3
-
-    calls = []
-
-    def locked_twice():
-        calls.append(1)
-        if len(calls) <= 2:
-            raise sqlite3.OperationalError("database is locked")
-        return "done"
-
-    assert retry_setup(locked_twice) == "done" and len(calls) == 3
-
-    def broken():
-        calls.append(1)
-        raise sqlite3.OperationalError("no such table: memories")
-
-    calls.clear()
-    with pytest.raises(sqlite3.OperationalError, match="no such table"):
-        retry_setup(broken)
-    assert len(calls) == 1  # not a race: raised at once
-
-    def always_locked():
-        calls.append(1)
-        raise sqlite3.OperationalError("database is locked")
-
-    calls.clear()
-    started = time.monotonic()
-    with pytest.raises(sqlite3.OperationalError, match="locked"):
-        retry_setup(always_locked, deadline=0.3)
-    assert len(calls) > 1 and 0.3 <= time.monotonic() - started < 5
