@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from memo_mw.funnel import Funnel
-from memo_mw.pipeline import Recaller, remember_payload
+from memo_mw.adapters import Turn
+from memo_mw.middleware import remember_payload
+from memo_mw.recall import Recaller
 from memo_mw.recall import RecallConfig
 from memo_mw.rules import default_rule_paths, load_rules
 from memo_mw.store import Store
@@ -25,7 +27,7 @@ def capture_and_recall(funnel, tmp_path, statement, question):
     assert result.stage == "captured", result.stage
     db = str(tmp_path / "m.db")
     with Store(db) as store:
-        store.remember(remember_payload(result, user_id="u", session_id="s", ts=1, message_id=None, time_key=1))
+        store.remember(remember_payload(result, user_id="u", turn=Turn("plain", "", None, "s", None, 1), ts=1, received=1))
     return result.candidates, Recaller(db, funnel, RecallConfig()).recall("u", question, now=2)
 
 

@@ -7,7 +7,9 @@ import textwrap
 import pytest
 
 from memo_mw.funnel import Funnel
-from memo_mw.pipeline import Recaller, remember_payload
+from memo_mw.adapters import Turn
+from memo_mw.middleware import remember_payload
+from memo_mw.recall import Recaller
 from memo_mw.recall import RecallConfig, score
 from memo_mw.rules import check_rules, load_rules
 from memo_mw.store import Store
@@ -73,7 +75,7 @@ def test_a_shared_topic_recalls_a_memory_with_no_word_in_common(rules, tmp_path,
     assert candidate.topics  # tagged when captured, stored with the memory
     db = str(tmp_path / "m.db")
     with Store(db) as store:
-        store.remember(remember_payload(result, user_id="u", session_id="s", ts=1, message_id=None, time_key=1))
+        store.remember(remember_payload(result, user_id="u", turn=Turn("plain", "", None, "s", None, 1), ts=1, received=1))
     recalled = Recaller(db, funnel, RecallConfig()).recall("u", question, now=2)
     assert [m["content"] for m in recalled] == [candidate.content]
     assert recalled[0]["relevance"] == pytest.approx(0.3)
@@ -85,7 +87,7 @@ def test_a_lexical_match_still_beats_a_topic_match(rules):
                  "source_ts": 1, "topics": ["food"]},
                 {"id": 2, "content": "likes lunch recipes from Sichuan", "key": "lunch recipes", "type": "preference",
                  "hits": 0, "source_ts": 1, "topics": ["food"]}]
-    ranked = score(memories, "a recipe for lunch", now=2, topics=tagger.tag)
+    ranked = score(memories, *tagger.analyse("a recipe for lunch"), now=2, tag=tagger.tag)
     assert [m["id"] for m in ranked] == [2, 1]
 
 
