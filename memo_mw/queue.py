@@ -253,6 +253,10 @@ class LocalQueue:
         """Wait until every job enqueued so far has run (tests, the CLI, a clean shutdown)."""
         self._jobs.join()
 
+    def close(self) -> None:
+        """Let the jobs enqueued so far finish (as RedisQueue.close stops its spool thread)."""
+        self.join()
+
     def _run(self) -> None:
         while True:
             func, args, user_id, pending = self._jobs.get()

@@ -296,7 +296,7 @@ def test_the_worker_stores_the_polished_line(model, redis_url, db, monkeypatch):
         (sent,) = model.requests
         assert "13812345678" not in json.dumps(sent, ensure_ascii=False)  # only masked text leaves
         with Store(db) as store:
-            (memory,) = store.memories("ann")
+            (memory,) = store.list("ann")
         assert memory["content"] == "loves green tea without sugar"
         assert memory["rule_id"] == "en.like" and memory["key"] == "green tea without sugar"
 
@@ -304,7 +304,7 @@ def test_the_worker_stores_the_polished_line(model, redis_url, db, monkeypatch):
         say("I love green tea without sugar", 1_700_000_100)
         assert drain(redis_url) >= 1
         with Store(db) as store:
-            (memory,) = store.memories("ann", include_inactive=True)
+            (memory,) = store.list("ann", include_inactive=True)
         # One row, merged (confidence up a step), not a second memory superseding the first.
         assert memory["content"] == "loves green tea without sugar" and memory["status"] == "active"
         assert memory["confidence"] == pytest.approx(0.8)
@@ -315,7 +315,7 @@ def test_the_worker_stores_the_polished_line(model, redis_url, db, monkeypatch):
         say("I like jasmine", 1_700_000_200)
         assert drain(redis_url) >= 1
         with Store(db) as store:
-            contents = {m["content"] for m in store.memories("ann")}
+            contents = {m["content"] for m in store.list("ann")}
         assert contents == {"loves green tea without sugar", "likes jasmine"}
     finally:
         middleware.queue.close()
