@@ -98,7 +98,9 @@ class MemoryMiddleware:
                  spool: str | None = None, queue: RedisQueue | LocalQueue | None = None,
                  clock: Callable[[], float] = time.time):
         self.app = app
-        self.funnel = make_funnel(rules, reload_interval=rules_reload_interval)
+        # The rule files are looked at by the monotonic clock, or by the clock given (tests, replays).
+        self.funnel = make_funnel(rules, reload_interval=rules_reload_interval,
+                                  clock=time.monotonic if clock is time.time else clock)
         self.rules = self.funnel.rules
         self.db = os.path.abspath(db)
         check_writable(self.db)  # a wrong path is an error at start-up, not a failing job later

@@ -16,6 +16,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from rq.serializers import JSONSerializer
 import redis
 from rq import Queue
 from werkzeug.test import Client
@@ -319,7 +320,7 @@ def test_the_worker_stores_the_polished_line(model, redis_url, db, monkeypatch):
         assert contents == {"loves green tea without sugar", "likes jasmine"}
     finally:
         middleware.queue.close()
-    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=defaults.SERIALIZER)
+    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=JSONSerializer)
     assert queue.failed_job_registry.count == 0
 
 
