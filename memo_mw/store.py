@@ -1,23 +1,11 @@
-"""The SQLite store: one file, one schema, and the narrow interface every engine implements.
+"""The SQLite store: one file, one schema, and the narrow interface another engine would implement:
+``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``.
 
-::
-
-    remember(payload)            store, merge or supersede the candidates of one message
-    supersede(old_id, new_id)    make an older memory on the same subject inactive
-    touch(user, ids, ts)         count recalls (hotness) and refresh last use (recency)
-    forget(user, match=...)      delete physically: everything, or what a phrase names
-    delete(user, ids)            delete physically: these memories (the web page, the CLI)
-    list(user)                   a user's memories
-    search(user, terms, limit)   candidates for recall from the full-text index
-
-The worker owns every write; the web process only reads (recall). WAL mode lets readers go on
-while the worker writes; a busy timeout queues two writers instead of failing one.
-
-Search runs on SQLite's FTS5. Each memory's words (the project's own Chinese/English tokens,
-:func:`memo_mw.text.tokens`, and its topic tags) are stored as ``terms``, each hashed together
-with the user id, so a query for one user reads only that user's postings, however common the
-word, and the index holds no readable words. Forgetting is physical: ``secure_delete`` overwrites
-deleted rows, the full-text index drops their entries, and the WAL is truncated.
+The worker owns every write; the web process only reads (recall), in WAL mode. ``search`` runs on
+FTS5 over ``terms``: the memory's tokens (:func:`memo_mw.text.tokens`) and topic tags, each hashed
+with the user id, so a query reads only that user's postings however common the word, and the
+index holds no readable words. Forgetting is physical: ``secure_delete`` overwrites deleted rows,
+the index drops their entries, and the WAL is truncated.
 """
 
 from __future__ import annotations
@@ -57,6 +45,7 @@ create table if not exists memories (
 create index if not exists memories_user on memories (user_id, active);
 create index if not exists memories_slot on memories (user_id, key, polarity);
 create index if not exists memories_expiry on memories (status, expires_at);
+create index if not exists memories_always on memories (user_id) where type = 'style' or status = 'pending_confirm';
 create virtual table if not exists memories_fts using fts5 (terms, content='memories', content_rowid='id');
 create trigger if not exists memories_fts_insert after insert on memories begin
   insert into memories_fts (rowid, terms) values (new.id, new.terms); end;
@@ -199,8 +188,6 @@ class Store:
         """Memories selected by ``where`` SQL (after ``select ... from memories``)."""
         return [row_to_memory(r) for r in self.db.execute(f"{SELECT} {sql}", list(args))]
 
-    # -- reads -------------------------------------------------------------------------
-
     def list(self, user_id: str | None = None, *, include_inactive: bool = False) -> list[dict[str, Any]]:
         """Memories of one user (or of everyone), oldest first; active ones only unless asked."""
         where = [w for w, on in (("user_id = ?", user_id is not None), ("active = 1", not include_inactive)) if on]
@@ -228,11 +215,10 @@ class Store:
                 f" on m.id = memories_fts.rowid where memories_fts match ? and m.user_id = ? and {RECALLABLE}"
                 " order by memories_fts.rank limit ?", [" OR ".join(f'"{t}"' for t in terms), user_id, limit])]
         seen = {m["id"] for m in found}
-        always = self.rows(f"where user_id = ? and {RECALLABLE} and (type = 'style' or status = ?)",
-                           [user_id, PENDING_CONFIRM])
+        # (The condition of the partial index memories_always, written as it is there, so it is used.)
+        always = self.rows(f"where user_id = ? and (type = 'style' or status = 'pending_confirm') and {RECALLABLE}",
+                           [user_id])
         return found + [m for m in always if m["id"] not in seen]
-
-    # -- writes (the worker's) ---------------------------------------------------------
 
     @contextlib.contextmanager
     def write(self) -> Iterator[None]:
@@ -253,8 +239,9 @@ class Store:
 
     def remember(self, payload: dict[str, Any]) -> list[str]:
         """Apply one captured message: each candidate is ``stored``, ``merged`` into the same
-        memory, or ``superseded`` an older one on its slot; ``discarded`` when a later forget
-        request or edit names it; ``["duplicate_job"]`` when this job key was applied before."""
+        memory, ``superseded`` an older one on its slot, or ``outdated`` by a newer one there (a
+        late job); ``discarded`` when a later forget request or edit names it;
+        ``["duplicate_job"]`` when this job key was applied before."""
         job_key, user_id = payload.get("job_key"), payload["user_id"]
         given = payload.get("candidates", [])
         with self.write():
@@ -300,7 +287,12 @@ class Store:
         }
         new_id = self.db.execute(f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
                                  list(values.values())).lastrowid
-        for row in same_slot:  # a newer statement on the same slot wins
+        # The newer statement on the slot wins, whichever job runs last (a retry, a spooled job).
+        newer = [row for row in same_slot if (row["source_ts"] or 0) > ts]
+        if newer:
+            self.supersede(new_id, newer[-1]["id"], ts)
+            return "outdated"
+        for row in same_slot:
             self.supersede(row["id"], new_id, ts)
         return "superseded" if same_slot else "stored"
 
@@ -350,10 +342,7 @@ class Store:
                     if (now or (m["source_ts"] or m["created_at"] or 0) <= ts)
                     and (match is None or forgotten(m, [{**marker, "at": None, "ts": float("inf")}]))]
             if marker["tokens"] is None or marker["tokens"]:
-                self.db.execute("delete from forget_markers where coalesce(server_at, at) < ?",
-                                [time.time() - defaults.FORGET_MARKER_DAYS * 86400])
-                self.db.execute("insert into forget_markers values (?, ?, ?, ?)",
-                                [user_id, None if match is None else json.dumps(marker["tokens"]), int(ts), at])
+                self._mark_forgotten(user_id, marker)
             if match is None:
                 for table in ("insights", "topic_counts"):
                     self.db.execute(f"delete from {table} where user_id = ?", [user_id])
@@ -367,11 +356,20 @@ class Store:
         """Delete these memories of the user physically; another user's ids are ignored."""
         ids = [int(i) for i in ids]
         with self.write():
-            mine = [m["id"] for m in self.rows(f"where user_id = ? and id in ({','.join('?' * len(ids))})",
-                                               [user_id, *ids])] if ids else []
-            count = self._delete(user_id, mine, ts=ts, action=action, reason=reason)
+            mine = self.rows(f"where user_id = ? and id in ({','.join('?' * len(ids))})", [user_id, *ids]) if ids else []
+            if action == "delete":  # the user's own deletion: a statement of it still waiting is not stored
+                for memory in mine:
+                    self._mark_forgotten(user_id, forget_marker(f"{memory['content']} {memory['key']}", ts, time.time()))
+            count = self._delete(user_id, [m["id"] for m in mine], ts=ts, action=action, reason=reason)
         self.vacuum_deleted()
         return count
+
+    def _mark_forgotten(self, user_id: str, marker: dict[str, Any]) -> None:
+        """Keep a forget marker for as long as a job can wait (older ones go)."""
+        self.db.execute("delete from forget_markers where coalesce(server_at, at) < ?",
+                        [time.time() - defaults.FORGET_MARKER_DAYS * 86400])
+        words = None if marker["tokens"] is None else json.dumps(marker["tokens"])
+        self.db.execute("insert into forget_markers values (?, ?, ?, ?)", [user_id, words, marker["ts"], marker.get("at")])
 
     def _delete(self, user_id: str, ids: list[int], *, ts: int, action: str, reason: str) -> int:
         self.db.executemany("delete from memories where user_id = ? and id = ?", [(user_id, i) for i in ids])

@@ -126,6 +126,26 @@ def test_a_newer_statement_supersedes_and_the_older_is_kept(db, first, second):
     assert old["status"] == "superseded" and old["active"] is False and old["superseded_by"] == active[0]["id"]
 
 
+def test_a_late_job_does_not_override_a_newer_statement(db):
+    """A retried or spooled job of an older statement runs after a newer one: the newer stays."""
+    with Store(db) as store:
+        store.remember(payload("lives in Paris", "home", ts=T0 + 500))
+        assert store.remember(payload("lives in Berlin", "home", ts=T0)) == ["outdated"]
+        assert contents(store.list("u1")) == ["lives in Paris"]
+        (late,) = [m for m in store.list("u1", include_inactive=True) if m["content"] == "lives in Berlin"]
+    assert late["status"] == "superseded"
+
+
+def test_a_deletion_by_the_user_stops_the_same_statement_still_waiting(db):
+    """A statement read before the user deleted its memory on the page, whose job runs after."""
+    with Store(db) as store:
+        store.remember(payload("likes jazz", "jazz", received=time.time() - 5))
+        (memory,) = store.list("u1")
+        assert store.delete("u1", [memory["id"]], ts=T0 + 10) == 1
+        assert store.remember(payload("likes jazz", "jazz", ts=T0 + 1, received=time.time() - 3)) == ["discarded"]
+        assert store.remember(payload("likes jazz", "jazz", ts=T0 + 20, received=time.time() + 1)) == ["stored"]
+
+
 def test_a_job_key_makes_remember_idempotent(db):
     assert jobs.remember(db, payload("likes tea", "tea", job_key="k1")) == ["stored"]
     assert jobs.remember(db, payload("likes tea", "tea", job_key="k1")) == ["duplicate_job"]
