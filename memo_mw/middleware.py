@@ -263,8 +263,8 @@ class MemoryMiddleware:
             counts = self._counts.setdefault(user_id, {})
             for name in names:
                 counts[f"{week}|{name}"] = counts.get(f"{week}|{name}", 0) + 1
-            if now - self._counts_since < defaults.COUNTS_SEND_INTERVAL:
-                return
+            if 0 <= now - self._counts_since < defaults.COUNTS_SEND_INTERVAL:
+                return  # (a clock stepped back sends them now rather than hold them until it catches up)
             taken, self._counts, self._counts_since = self._counts, {}, now
         self._enqueue(COUNT_TOPICS, [self.db, taken, now], None)
 
@@ -273,7 +273,7 @@ class MemoryMiddleware:
             return self.queue.state.read(user_id)
         except Exception:
             log.warning("memo-mw: could not read the user's pending state; recalling stored memories only",
-                        exc_info=True)
+                        exc_info=True)  # (once an outage: then the queue's breaker skips Redis quietly)
             return EMPTY
 
     def _note_forget(self, user_id: str, marker: dict, state: UserState) -> UserState:

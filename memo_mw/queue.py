@@ -31,7 +31,7 @@ from . import defaults
 from .breaker import CircuitBreaker
 from .forgetting import without_forgotten
 from .spool import Spool
-from .state import LocalState, RedisState, UserState
+from .state import EMPTY, LocalState, RedisState, UserState
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +197,11 @@ class GuardedState:
         self.inner = inner
         self.breaker = breaker
 
-    def _call(self, method: str, *args: Any) -> Any:
+    def _call(self, method: str, *args: Any, skipped: Any = None) -> Any:
+        """The call, or ``skipped`` (if given; else an error) while Redis is skipped."""
         if not self.breaker.allow():
+            if skipped is not None:
+                return skipped
             raise redis.ConnectionError("memo-mw: Redis is skipped for a while after a failure")
         try:
             result = getattr(self.inner, method)(*args)
@@ -209,7 +212,7 @@ class GuardedState:
         return result
 
     def read(self, user_id: str) -> UserState:
-        return self._call("read", user_id)
+        return self._call("read", user_id, skipped=EMPTY)  # quietly: one warning per outage, not per request
 
     def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
         self._call("put_pending", user_id, payload)

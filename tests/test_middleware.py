@@ -624,6 +624,18 @@ def test_topics_are_counted_for_the_profile_but_not_those_of_a_sensitive_message
     assert counts == {"drink": 1, "@en": 2}  # coffee, hello
 
 
+def test_topic_counts_are_not_held_when_the_clock_steps_back(db, rules):
+    clock = Clock()
+    middleware = make(db, rules, clock=clock)
+    run(middleware, environ_for(plain("any coffee tips?")))
+    clock.now -= 3600  # the wall clock stepped back (an NTP step, a replay)
+    run(middleware, environ_for(plain("hello there")))
+    middleware.queue.join()
+    with Store(db) as store:
+        counts = dict(store.db.execute("select topic, count from topic_counts where user_id = 'alice'").fetchall())
+    assert counts == {"drink": 1, "@en": 2}
+
+
 class Clock:
     """A clock a test moves by hand."""
 
