@@ -212,7 +212,7 @@ def bench_funnel() -> None:
 
 
 def main() -> int:
-    from bench import http, recall
+    from bench import http_rate, recall
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     names = ["quiet", "handoff", "worker", "rss", "funnel", "http", "recall99"]
@@ -232,7 +232,7 @@ def main() -> int:
                 "worker": lambda: bench_worker(server, folder, 300 if args.quick else 2000),
                 "rss": lambda: bench_rss(folder),
                 "funnel": bench_funnel,
-                "http": lambda: report("http", **http.run(server.url, folder, rounds=4 if args.quick else 12)),
+                "http": lambda: report("http", **http_rate.run(server.url, folder, rounds=4 if args.quick else 12)),
                 "recall99": lambda: report("recall99", **recall.run(200_000 if args.quick else 1_000_000))}
         for name in names:
             if name in only:

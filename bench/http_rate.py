@@ -1,6 +1,6 @@
 """The HTTP figure: requests/s of the bare chat app and of the wrapped one under gunicorn, driven by wrk.
 
-    .venv/bin/python -m bench.http [--rounds 12]
+    .venv/bin/python -m bench.http_rate [--rounds 12]
 
 Both servers run at once (1 worker, 4 threads each; the wrapped one with Redis, as in production,
 its user with 100 memories) and take turns under wrk (2 threads, 16 connections, a new message each
