@@ -1,10 +1,8 @@
 """Request shapes: where the user, session and message are in a JSON body, and how to inject.
 
-Two shapes out of the box:
-
 * plain: ``{"user_id": ..., "session_id": ..., "message": "..."}``
-* OpenAI chat: ``{"messages": [{"role": "user", "content": "..."}, ...], "user": ...}``;
-  the last user message is the one read, and the memory block goes in as a system message.
+* OpenAI chat: ``{"messages": [{"role": "user", "content": "..."}, ...], "user": ...}``; the last
+  user message is read, and the memory block goes in as a system message.
 """
 
 from __future__ import annotations
@@ -29,8 +27,6 @@ class Turn:
 
 def clean_id(value: Any) -> str | None:
     """An id as a non-empty string of reasonable length, or None."""
-    if value is None:
-        return None  # most often: the field is not there
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
     value = str(value).strip()
@@ -41,8 +37,8 @@ def _message_text(content: Any) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # OpenAI content parts: [{"type": "text", "text": ...}, ...]
-        parts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        texts = [p for p in parts if isinstance(p, str)]
+        texts = [p["text"] for p in content
+                 if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)]
         return "\n".join(texts) if texts else None
     return None
 
@@ -54,7 +50,9 @@ def _ts(value: Any) -> float | None:
 
 
 def read_turn(body: Any) -> Turn | None:
-    """The turn in a parsed JSON body, or None when the body is neither shape."""
+    """The turn in a parsed JSON body, or None when the body is neither shape.
+
+    A field of the wrong type counts as absent, so a fallback still applies."""
     if not isinstance(body, dict):
         return None
     if isinstance(body.get("messages"), list):
@@ -63,19 +61,12 @@ def read_turn(body: Any) -> Turn | None:
         if message is None:
             return None
         metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-        # A field of the wrong type counts as absent, so the fallback still applies.
         return Turn("openai", message, clean_id(body.get("user")),
                     clean_id(metadata.get("session_id")) or clean_id(body.get("session_id")),
-                    clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")),
-                    _ts(body.get("ts")))
-    message = body.get("message")
-    if isinstance(message, str):
-        # Most bodies hold none of the other fields: None without a call.
-        user, session, message_id, ts = (body.get("user_id"), body.get("session_id"), body.get("message_id"),
-                                         body.get("ts"))
-        return Turn("plain", message, None if user is None else clean_id(user),
-                    None if session is None else clean_id(session),
-                    None if message_id is None else clean_id(message_id), None if ts is None else _ts(ts))
+                    clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")), _ts(body.get("ts")))
+    if isinstance(body.get("message"), str):
+        return Turn("plain", body["message"], clean_id(body.get("user_id")), clean_id(body.get("session_id")),
+                    clean_id(body.get("message_id")), _ts(body.get("ts")))
     return None
 
 
@@ -89,11 +80,9 @@ def inject(body: dict[str, Any], turn: Turn, block: str, *, field: str | None = 
     body = dict(body)
     if turn.shape == "openai":
         messages = list(body["messages"])
-        at = 0
-        while at < len(messages) and isinstance(messages[at], dict) and messages[at].get("role") == "system":
-            at += 1
-        messages.insert(at, {"role": "system", "content": block})
-        body["messages"] = messages
+        at = next((i for i, m in enumerate(messages) if not (isinstance(m, dict) and m.get("role") == "system")),
+                  len(messages))
+        body["messages"] = [*messages[:at], {"role": "system", "content": block}, *messages[at:]]
     elif field and field != "message":
         body[field] = block
     else:

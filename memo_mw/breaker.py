@@ -1,4 +1,4 @@
-"""A circuit breaker: after a failure, skip a sick dependency for a while instead of waiting on it.
+"""A circuit breaker: after failures, skip a sick dependency for a while instead of waiting on it.
 
 Closed (calls go through) until ``threshold`` consecutive failures; then open for ``cooldown``
 seconds, when every caller is told to skip at once. After the cooldown one caller at a time
@@ -37,17 +37,19 @@ class CircuitBreaker:
             now = self.clock()
             if now < self._retry_at:
                 return False
-            # Half-open: this caller tries; the others skip until it reports back
-            # (or for another cooldown, if it never does).
+            # Half-open: this caller tries; the others skip until it reports back (or for another
+            # cooldown, if it never does).
             self._retry_at = now + self.cooldown
             return True
 
     def success(self) -> None:
+        """The dependency answered: close the circuit."""
         if self._failures:
             with self._lock:
                 self._failures = 0
 
     def failure(self) -> None:
+        """The dependency failed: count it, and open the circuit at ``threshold``."""
         with self._lock:
             self._failures += 1
             if self._failures >= self.threshold:

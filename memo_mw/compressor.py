@@ -1,28 +1,16 @@
 """The optional small-model compressor: a rule summary polished into a one-line memory.
 
-Off by default and never on the request path: the ``remember`` job (memo_mw.jobs) asks it,
-in the worker, when ``MEMO_COMPRESSOR_URL`` names an OpenAI-compatible chat-completions
-server (Ollama, the llama.cpp server, vLLM...). It sends the rule's summary and the source
-sentence (both already PII-masked by the funnel, and masked again here) with a fixed prompt,
-in Chinese or English after the summary's script, at temperature 0.
+Off by default and never on the request path: the worker's ``remember`` job asks it when
+``MEMO_COMPRESSOR_URL`` names an OpenAI-compatible chat-completions server (Ollama, the
+llama.cpp server, vLLM), with the PII-masked summary and source sentence, at temperature 0.
 
-The model's line is only a proposal. It is used when it is one line, no longer than
-:func:`length_cap`, free of PII, and says nothing the user did not: every content word
-(Latin words, lightly stemmed, and numbers) and every Chinese character of it appears in the
-source sentence or the rule summary, besides a few function words; a negation in the summary
-stays, and a negation in the line must come with the word it negates in the source. Anything
-else (a refusal, an error, a timeout, a line that fails a check) leaves the rule summary as
-the memory, and the reason is logged on the ``memo_mw.compressor`` logger, without the text.
+The model's line is only a proposal, kept when it passes :func:`validate`; otherwise the rule
+summary is stored and the reason, never the text, is logged.
 
-Configuration, read from the environment of the worker (``Compressor.from_env``):
-
-- ``MEMO_COMPRESSOR_URL``: the server, as its base URL (Ollama ``http://127.0.0.1:11434/v1``,
-  llama.cpp ``http://127.0.0.1:8080``, vLLM ``http://127.0.0.1:8000/v1``) or the full
-  ``.../chat/completions`` URL. Unset: no compressor. The connection is direct (proxy
-  variables are not read): the server is meant to be local or on the same network.
-- ``MEMO_COMPRESSOR_MODEL``: the model name sent; default :data:`DEFAULT_MODEL`.
-- ``MEMO_COMPRESSOR_TIMEOUT``: seconds for the whole call; default :data:`DEFAULT_TIMEOUT`.
-- ``MEMO_COMPRESSOR_API_KEY``: sent as ``Authorization: Bearer ...``; default none.
+Environment (``Compressor.from_env``): ``MEMO_COMPRESSOR_URL`` (a base URL such as
+``http://127.0.0.1:11434/v1`` or the full ``.../chat/completions``; unset: no compressor;
+proxies are not used, the server is meant to be local), ``MEMO_COMPRESSOR_MODEL``,
+``MEMO_COMPRESSOR_TIMEOUT`` (seconds for the whole call) and ``MEMO_COMPRESSOR_API_KEY``.
 """
 
 from __future__ import annotations
@@ -38,26 +26,21 @@ from typing import Any
 
 import regex
 
+from .counters import script_of
 from .privacy import mask_pii
 from .text import nfkc, normalize, stem
 
 log = logging.getLogger(__name__)
 
-#: Seconds one call may take in all (connect, send, wait, read). A worker job waits this long
-#: at most per candidate before it stores the rule summary instead.
+#: A worker job waits at most this long per candidate before it stores the rule summary.
 DEFAULT_TIMEOUT = 2.0
-
 #: A small multilingual instruct model as Ollama names it; any model the server knows will do.
 DEFAULT_MODEL = "qwen2.5:0.5b"
-
-#: Tokens the model may write: a one-line memory is a few words; a long answer is cut, then refused.
+#: A one-line memory is a few words; a longer answer is cut, then refused.
 MAX_TOKENS = 64
-
-#: The polished line may be twice the rule summary's length, or this many characters if that
-#: is more: room to keep a detail of the sentence ("likes green tea, without sugar"), not a paragraph.
+#: Room to keep a detail of the sentence ("likes green tea, without sugar"), not a paragraph.
 MIN_LENGTH_CAP = 80
-
-#: Bytes of response read at most: a chat completion of MAX_TOKENS tokens is far smaller.
+#: A chat completion of MAX_TOKENS tokens is far smaller.
 MAX_RESPONSE_BYTES = 64 * 1024
 
 PROMPTS = {
@@ -75,9 +58,8 @@ PROMPTS = {
 }
 _USER_TEMPLATES = {"en": "Sentence: {source}\nNote: {summary}", "zh": "原句：{source}\n记忆：{summary}"}
 
-_HAN = regex.compile(r"\p{Han}")
-# Words of every script but the ones read character by character (_CJK): Cyrillic, Greek,
-# Arabic, Thai ... words are checked against the sentence like Latin ones.
+# Words of every script but those read character by character (_CJK): Cyrillic, Greek, Thai...
+# words are checked like Latin ones.
 _WORD = regex.compile(r"(?:(?![\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}])[\p{L}\p{M}\p{N}])+"
                       r"(?:['’](?:(?![\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}])\p{L})+)?")
 _SYMBOL = regex.compile(r"\p{S}")
@@ -103,11 +85,6 @@ def length_cap(summary: str) -> int:
     return max(2 * len(summary), MIN_LENGTH_CAP)
 
 
-def language_of(summary: str) -> str:
-    """``zh`` when the summary holds a Chinese character, else ``en``: which prompt to use."""
-    return "zh" if _HAN.search(summary) else "en"
-
-
 def _words(text: str) -> list[str]:
     return [w.replace("’", "'") for w in _WORD.findall(nfkc(text).casefold())]
 
@@ -123,7 +100,11 @@ def _negated_pairs(text: str) -> set[tuple[str, str]]:
 
 
 def validate(line: str, summary: str, source: str) -> str:
-    """The polished ``line`` tidied (quotes, a final period), or :class:`CompressorError` saying why not."""
+    """The polished ``line`` tidied (quotes, a final period), or :class:`CompressorError` saying why not.
+
+    It must be one line, no longer than :func:`length_cap`, free of PII, and say nothing the user did
+    not: each content word, symbol and Chinese character is in the sentence or the summary (function
+    words aside), a negation of the summary stays, and none is added."""
     line = _THINK.sub("", line).strip()
     if "\n" in line or "\r" in line:
         raise CompressorError("more than one line")
@@ -140,15 +121,13 @@ def validate(line: str, summary: str, source: str) -> str:
     said = f"{source}\n{summary}"
     said_words = set(_words(said))
     said_stems = {stem(w) for w in said_words}
-    for word in _words(line):
-        if word not in said_words and stem(word) not in said_stems and word not in LATIN_FUNCTION_WORDS:
-            raise CompressorError("a word that is not in the sentence")
-    said_symbols = set(_SYMBOL.findall(nfkc(said)))
-    if any(c not in said_symbols for c in _SYMBOL.findall(nfkc(line))):
-        raise CompressorError("a symbol that is not in the sentence")
-    said_chars = set(_CJK.findall(nfkc(said)))
-    if any(c not in said_chars and c not in CJK_FUNCTION_CHARS for c in _CJK.findall(nfkc(line))):
-        raise CompressorError("a character that is not in the sentence")
+    if any(w not in said_words and stem(w) not in said_stems and w not in LATIN_FUNCTION_WORDS
+           for w in _words(line)):
+        raise CompressorError("a word that is not in the sentence")
+    for pattern, free, what in ((_SYMBOL, frozenset(), "symbol"), (_CJK, CJK_FUNCTION_CHARS, "character")):
+        allowed = free | set(pattern.findall(nfkc(said)))
+        if any(c not in allowed for c in pattern.findall(nfkc(line))):
+            raise CompressorError(f"a {what} that is not in the sentence")
     negations = _negated_pairs(line)
     if _negated_pairs(summary) and not negations:
         raise CompressorError("the negation of the summary is gone")
@@ -158,14 +137,8 @@ def validate(line: str, summary: str, source: str) -> str:
 
 
 class Compressor:
-    """Asks an OpenAI-compatible chat-completions server to polish rule summaries.
-
-    :param url: the server's base URL (``http://127.0.0.1:11434/v1``, ``http://127.0.0.1:8080``)
-        or its full ``.../chat/completions`` URL.
-    :param model: the model name sent in each request.
-    :param timeout: seconds for a whole call; a slower answer is not waited for.
-    :param api_key: sent as a bearer token, for servers that want one.
-    """
+    """Asks an OpenAI-compatible chat-completions server (``url``: its base URL or the full
+    ``.../chat/completions``) to polish rule summaries, within ``timeout`` seconds a call."""
 
     def __init__(self, url: str, model: str = DEFAULT_MODEL, timeout: float = DEFAULT_TIMEOUT,
                  api_key: str | None = None):
@@ -190,10 +163,9 @@ class Compressor:
         except ValueError:
             log.warning("memo-mw: MEMO_COMPRESSOR_TIMEOUT is not a number; using %s s", DEFAULT_TIMEOUT)
             timeout = DEFAULT_TIMEOUT
-        if not timeout > 0:
-            timeout = DEFAULT_TIMEOUT
         try:
-            return cls(url, model=environ.get("MEMO_COMPRESSOR_MODEL") or DEFAULT_MODEL, timeout=timeout,
+            return cls(url, model=environ.get("MEMO_COMPRESSOR_MODEL") or DEFAULT_MODEL,
+                       timeout=timeout if timeout > 0 else DEFAULT_TIMEOUT,
                        api_key=environ.get("MEMO_COMPRESSOR_API_KEY") or None)
         except ValueError as exc:
             log.warning("memo-mw: MEMO_COMPRESSOR_URL ignored: %s", exc)
@@ -210,16 +182,12 @@ class Compressor:
 
     def ask(self, summary: str, source: str) -> str:
         """The model's raw answer for one memory; :class:`CompressorError` on any failure."""
-        language = language_of(summary)
-        # Already masked by the funnel; masked again, as this text leaves the machine.
+        language = script_of(summary)
+        # Masked again though the funnel did: this text leaves the machine.
         user = _USER_TEMPLATES[language].format(source=mask_pii(source), summary=mask_pii(summary))
-        body = json.dumps({
-            "model": self.model,
-            "messages": [{"role": "system", "content": PROMPTS[language]}, {"role": "user", "content": user}],
-            "temperature": 0,
-            "max_tokens": MAX_TOKENS,
-            "stream": False,
-        }).encode("utf-8")
+        messages = [{"role": "system", "content": PROMPTS[language]}, {"role": "user", "content": user}]
+        body = json.dumps({"model": self.model, "messages": messages, "temperature": 0, "max_tokens": MAX_TOKENS,
+                           "stream": False}).encode("utf-8")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
@@ -227,7 +195,13 @@ class Compressor:
             raw = self._post(body, headers)
         except (http.client.HTTPException, OSError) as exc:  # refused, unreachable, timed out, cut
             raise CompressorError(f"no answer: {exc or type(exc).__name__}") from None
-        return _content(raw)
+        try:
+            content = json.loads(raw.decode("utf-8"))["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            content = None
+        if not isinstance(content, str):
+            raise CompressorError("not a chat completion")
+        return content
 
     def _post(self, body: bytes, headers: dict[str, str]) -> bytes:
         """POST and read the answer within ``timeout`` in all: a server that trickles is cut off too."""
@@ -239,51 +213,33 @@ class Compressor:
         try:
             connection.request("POST", parts.path + (f"?{parts.query}" if parts.query else ""), body, headers)
             sock = connection.sock  # the connection lets go of it once the answer says it will close
-            chunks, size = [], 0
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise CompressorError("no answer: timed out")
+            chunks: list[bytes] = []
+            while (remaining := deadline - time.monotonic()) > 0:
                 sock.settimeout(remaining)
                 if response is None:
                     response = connection.getresponse()
                     if response.status != 200:
                         raise CompressorError(f"HTTP {response.status} from the server")
-                    continue
-                chunk = response.read1(4096)
-                if not chunk:
+                elif chunk := response.read1(4096):
+                    chunks.append(chunk)
+                    if sum(map(len, chunks)) > MAX_RESPONSE_BYTES:
+                        raise CompressorError("answer too large")
+                else:
                     return b"".join(chunks)
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_RESPONSE_BYTES:
-                    raise CompressorError("answer too large")
+            raise CompressorError("no answer: timed out")
         finally:
             if response is not None:
                 response.close()
             connection.close()
 
 
-def _content(raw: bytes) -> str:
-    """``choices[0].message.content`` of a chat completion."""
-    try:
-        data = json.loads(raw.decode("utf-8"))
-        content = data["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise CompressorError("not a chat completion") from None
-    if not isinstance(content, str):
-        raise CompressorError("not a chat completion")
-    return content
-
-
 def polish_candidates(payload: dict[str, Any], compressor: Compressor,
                       slot: Callable[[str, int], list[str]]) -> dict[str, Any]:
-    """``payload`` with each rule summary polished; the payload given is not changed.
+    """A copy of ``payload`` with each rule-made candidate's summary polished.
 
-    Only candidates a rule made (with a ``rule_id``) are polished. Their ``key``, polarity and
-    the rest stay as the rule made them, so a newer statement still supersedes by slot. A
-    restatement still merges: when the user's active memory on the same slot and polarity
-    (``slot(key, polarity)`` lists their contents) is the rule summary itself, or a line this
-    sentence also supports (it passes :func:`validate` against it), that content is reused
+    Key and polarity stay the rule's, so a newer statement still supersedes by slot. A
+    restatement still merges: when an active memory on the slot (``slot(key, polarity)`` lists
+    their contents) is the summary itself or a line this sentence also supports, it is reused
     and the model is not asked.
     """
     candidates = []

@@ -1,19 +1,12 @@
 """Topic counters: how many of a user's messages touched each topic, per ISO week.
 
 The weekly insights (:mod:`memo_mw.insights`) are made from these counts, never from chat text:
-a message leaves nothing but ``+1`` on a few names from the rules' topic lexicons, in the week
-it was sent. The names counted for one message (:func:`count_keys`):
+a message adds 1 to a few names (:func:`count_keys`) in the week it was sent: its topics, a
+``<subject>/<facet>`` pair for each programming subject (``lang.*``, ``tool.*``) and facet
+(``code.*``) named together, and ``@zh`` or ``@en``, its script.
 
-* each topic the message is tagged with (``tech``, ``lang.rust``, ``code.async``, ...);
-* ``<subject>/<facet>`` for each programming subject (``lang.*``, ``tool.*``) and each facet
-  (``code.*``) the message names together, so an insight can say what was asked about Rust;
-* ``@zh`` or ``@en``, the message's script (Han characters or not): the language of the insight
-  lines, and a count of messages per week.
-
-Where the counts live: ``topic_counts (user_id, week, topic, count)`` in SQLite. The web
-process adds a message's names up in memory and sends them as one ``count_topics`` job every
-:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds (:mod:`memo_mw.jobs`), so counting costs
-a request no I/O; ``memo-mw replay`` writes here directly.
+The web process adds them up in memory and sends them as one ``count_topics`` job every
+:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O.
 """
 
 from __future__ import annotations
@@ -40,22 +33,16 @@ def week_of(ts: float) -> str:
     return f"{year}-W{week:02d}"
 
 
-def language_of(text: str) -> str:
-    """``@zh`` for a message with Han characters, else ``@en``: the per-message tally by script."""
-    return "@en" if text.isascii() or not _HAN.search(text, concurrent=False) else "@zh"
+def script_of(text: str) -> str:
+    """``zh`` for a text with a Han character, else ``en``."""
+    return "en" if text.isascii() or not _HAN.search(text, concurrent=False) else "zh"
 
 
 def count_keys(topics: Iterable[str], text: str) -> list[str]:
     """The names one message adds 1 to: its topics, subject/facet pairs, and its script."""
-    if not topics:  # most messages: no topic, so no pairs either
-        return [language_of(text)]
     topics = sorted(topics)
-    subjects = [t for t in topics if t.startswith(SUBJECTS)]
-    facets = [t for t in topics if t.startswith(FACETS)]
-    return [*topics, *(f"{s}/{f}" for s in subjects for f in facets), language_of(text)]
-
-
-# -- SQLite ----------------------------------------------------------------------------------
+    pairs = [f"{s}/{f}" for s in topics if s.startswith(SUBJECTS) for f in topics if f.startswith(FACETS)]
+    return [*topics, *pairs, f"@{script_of(text)}"]
 
 
 def add(store: Store, user_id: str, counts: dict[tuple[str, str], int]) -> int:
@@ -74,4 +61,3 @@ def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
     """The user's counts, by week then topic."""
     return [{"week": w, "topic": t, "count": n} for w, t, n in store.db.execute(
         "select week, topic, count from topic_counts where user_id = ? order by week, topic", [user_id])]
-

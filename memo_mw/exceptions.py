@@ -1,7 +1,5 @@
 """Errors memo-mw raises to its callers."""
 
-from __future__ import annotations
-
 
 class MemoError(Exception):
     """Base class of memo-mw's errors."""

@@ -1,26 +1,11 @@
 """User insights: a short, rule-made profile of what a user keeps coming back to.
 
-Made weekly from two things only: the topic counts of the user's messages per ISO week
-(:mod:`memo_mw.counters`: names from the rules' topic lexicons and numbers, never chat text)
-and the user's active memories (their topic tags and dates, never their text). A run replaces
-the user's lines in the ``insights`` table; recall puts the first few in the memory block's
-``[PROFILE]`` section.
-
-For each topic (not the facets ``code.*``, nor the per-message tallies ``@zh``/``@en``):
-
-* ``count``: the messages counted on it in the window (the last
-  :data:`~memo_mw.defaults.INSIGHTS_WINDOW_WEEKS` weeks); for a topic with none counted, its
-  active memories (statements older than the counters);
-* ``first_seen``, ``last_seen``: the first and last ISO week with a counted message or a memory;
-* ``confidence``: by count and distinct weeks, :data:`~memo_mw.defaults.INSIGHTS_CONFIDENCE`
-  (``high``: 10 messages over 3 weeks; ``medium``: 5 over 2; else ``low``);
-* a topic needs :data:`~memo_mw.defaults.INSIGHTS_MIN_COUNT` (3) to be a line at all.
-
-Lines are ranked by confidence, count, then the latest week, and at most
-:data:`~memo_mw.defaults.INSIGHTS_MAX` are kept. A programming subject (``lang.*``, ``tool.*``)
-names the facets asked about with it ("asks often about rust (async, types)"), and when one is
-listed the broad ``tech`` line is left out: it says the same less precisely. The text is in the
-user's dominant language (their messages' script, else their memories' language)::
+Made weekly from the user's topic counts (:mod:`memo_mw.counters`) and the topics and dates of
+their active memories, never from chat text: a line for each topic with enough messages (or, for
+a topic only stated, memories) in the window, with the ISO weeks it spans and a confidence by
+count and weeks. A programming subject (``lang.*``, ``tool.*``) names its facets (``code.*``) and
+makes the broad ``tech`` line redundant. Recall shows the first lines, in the user's language, in
+the block's ``[PROFILE]`` section::
 
     asks often about rust (async, types): 12 messages over 4 weeks, 2026-W40 to 2026-W47; confidence: high
     经常问到 rust（异步、类型系统）：4 周内 12 条消息，2026-W40 至 2026-W47；置信度：高
@@ -35,12 +20,8 @@ from typing import Any
 from . import counters, defaults
 from .store import Store
 
-#: Shown in a subject's brackets, never a line of their own.
-FACETS = counters.FACETS
-SUBJECTS = counters.SUBJECTS
 #: The broad topic a listed subject makes redundant.
 SUBJECT_PARENT = "tech"
-
 CONFIDENCE_RANK = {"high": 2, "medium": 1, "low": 0}
 
 _ZH_LABELS = {
@@ -54,36 +35,31 @@ _EN_LABELS = {"style": "answer style"}
 
 _TEMPLATES = {
     "en": {
-        "verb": {"high": "asks often about", "medium": "asks about", "low": "has asked about"},
-        "told": "has talked about",
-        "facets": " ({})", "join": ", ",
-        "span": "{count} messages over {weeks} weeks, {first} to {last}",
-        "span1": "{count} messages in {first}",
-        "memories": "{count} remembered statement{s}",
-        "also": ", {n} remembered statement{s}",
+        "verb": {"high": "asks often about ", "medium": "asks about ", "low": "has asked about "},
+        "told": "has talked about ", "facets": " ({})", "join": ", ",
+        "span": "{count} messages over {weeks} weeks, {first} to {last}", "span1": "{count} messages in {first}",
+        "memories": "{count} remembered statement{s}", "also": ", {count} remembered statement{s}",
+        "range": ", {first} to {last}", "range1": ", {first}",
         "line": "{head}: {span}{also}; confidence: {confidence}",
         "confidence": {"high": "high", "medium": "medium", "low": "low"},
-        "range": ", {first} to {last}", "range1": ", {first}",
     },
     "zh": {
         "verb": {"high": "经常问到", "medium": "问到", "low": "问过"},
-        "told": "提到过",
-        "facets": "（{}）", "join": "、",
-        "span": "{weeks} 周内 {count} 条消息，{first} 至 {last}",
-        "span1": "{first} 一周内 {count} 条消息",
-        "memories": "记住了 {count} 条相关信息{s}",
-        "also": "，记住了 {n} 条相关信息{s}",
+        "told": "提到过", "facets": "（{}）", "join": "、",
+        "span": "{weeks} 周内 {count} 条消息，{first} 至 {last}", "span1": "{first} 一周内 {count} 条消息",
+        "memories": "记住了 {count} 条相关信息", "also": "，记住了 {count} 条相关信息",
+        "range": "，{first} 至 {last}", "range1": "，{first}",
         "line": "{head}：{span}{also}；置信度：{confidence}",
         "confidence": {"high": "高", "medium": "中", "low": "低"},
-        "range": "，{first} 至 {last}", "range1": "，{first}",
     },
 }
+_SHOWN = ("topic", "count", "weeks", "first_seen", "last_seen", "confidence")
+_COLUMNS = ("rank", *_SHOWN, "text", "language", "created_at")
 
 
 def label(topic: str, language: str) -> str:
     """How a topic is named in a line: its own name without the ``lang.``/``tool.``/``code.`` prefix."""
-    labels = _ZH_LABELS if language == "zh" else _EN_LABELS
-    return labels.get(topic) or topic.split(".", 1)[-1]
+    return (_ZH_LABELS if language == "zh" else _EN_LABELS).get(topic) or topic.split(".", 1)[-1]
 
 
 def confidence(count: int, weeks: int) -> str:
@@ -93,19 +69,18 @@ def confidence(count: int, weeks: int) -> str:
     return "low"
 
 
-def window_start(now: float) -> str:
-    """The first ISO week a run at ``now`` reads."""
-    return counters.week_of(now - defaults.INSIGHTS_WINDOW_WEEKS * 7 * 86400)
+def _week(memory: dict[str, Any]) -> str:
+    return counters.week_of(memory.get("source_ts") or memory.get("created_at") or 0)
 
 
 def build(count_rows: list[dict[str, Any]], memories: list[dict[str, Any]], *,
           limit: int = defaults.INSIGHTS_MAX) -> list[dict[str, Any]]:
     """The insight lines for one user from their counts (``{"week", "topic", "count"}``) and
     active memories, best first. Pure: no I/O."""
-    counted: dict[str, int] = collections.Counter()
+    counted, remembered, scripts = collections.Counter(), collections.Counter(), collections.Counter()
     weeks: dict[str, set[str]] = collections.defaultdict(set)
+    memory_weeks: dict[str, set[str]] = collections.defaultdict(set)
     pairs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    scripts: collections.Counter[str] = collections.Counter()
     for row in count_rows:
         topic, n = row["topic"], int(row["count"])
         if topic.startswith("@"):
@@ -116,41 +91,28 @@ def build(count_rows: list[dict[str, Any]], memories: list[dict[str, Any]], *,
         elif n > 0:
             counted[topic] += n
             weeks[topic].add(row["week"])
-    remembered: collections.Counter[str] = collections.Counter()
-    memory_weeks: dict[str, set[str]] = collections.defaultdict(set)
     for memory in memories:
         for topic in memory.get("topics") or ():
             remembered[topic] += 1
-            memory_weeks[topic].add(counters.week_of(memory.get("source_ts") or memory.get("created_at") or 0))
-    language = _language(scripts, memories)
-
+            memory_weeks[topic].add(_week(memory))
     found = []
     for topic in set(counted) | set(remembered):
-        if topic.startswith((*FACETS, "@")):
-            continue
         count = counted[topic] or remembered[topic]
-        if count < defaults.INSIGHTS_MIN_COUNT:
+        if topic.startswith((*counters.FACETS, "@")) or count < defaults.INSIGHTS_MIN_COUNT:
             continue
         seen = weeks[topic] | memory_weeks[topic]
-        spread = len(weeks[topic]) if counted[topic] else len(memory_weeks[topic])
-        facets = [f for f, _ in sorted(pairs[topic].items(), key=lambda p: (-p[1], p[0]))][:defaults.INSIGHTS_FACETS]
+        spread = len(weeks[topic] if counted[topic] else memory_weeks[topic])
         found.append({"topic": topic, "count": count, "weeks": spread, "first_seen": min(seen),
                       "last_seen": max(seen), "confidence": confidence(count, spread),
-                      "facets": facets, "messages": counted[topic], "memories": remembered[topic]})
-    if any(i["topic"].startswith(SUBJECTS) for i in found):
+                      "facets": sorted(pairs[topic], key=lambda f: (-pairs[topic][f], f))[:defaults.INSIGHTS_FACETS],
+                      "messages": counted[topic], "memories": remembered[topic]})
+    if any(i["topic"].startswith(counters.SUBJECTS) for i in found):
         found = [i for i in found if i["topic"] != SUBJECT_PARENT]
-    found.sort(key=lambda i: (-CONFIDENCE_RANK[i["confidence"]], -i["count"], _neg_week(i["last_seen"]), i["topic"]))
-    out = []
-    for rank, item in enumerate(found[:limit], 1):
-        out.append({"rank": rank, "topic": item["topic"], "text": text(item, language), "count": item["count"],
-                    "weeks": item["weeks"], "first_seen": item["first_seen"], "last_seen": item["last_seen"],
-                    "confidence": item["confidence"], "language": language})
-    return out
-
-
-def _neg_week(week: str) -> tuple[int, int]:
-    year, number = week.split("-W")
-    return -int(year), -int(number)
+    found.sort(key=lambda i: i["topic"])  # ties in the (stable) sort below stay in this order
+    found.sort(key=lambda i: (CONFIDENCE_RANK[i["confidence"]], i["count"], i["last_seen"]), reverse=True)
+    language = _language(scripts, memories)
+    return [{"rank": rank, **{k: item[k] for k in _SHOWN}, "text": text(item, language), "language": language}
+            for rank, item in enumerate(found[:limit], 1)]
 
 
 def _language(scripts: collections.Counter[str], memories: list[dict[str, Any]]) -> str:
@@ -166,47 +128,36 @@ def text(item: dict[str, Any], language: str) -> str:
     name = label(item["topic"], language)
     if language == "zh" and name.isascii():
         name = f" {name}"  # a Latin name after Chinese words reads better spaced
-    en = language == "en"
     facets = t["facets"].format(t["join"].join(label(f, language) for f in item["facets"])) if item["facets"] else ""
     first, last = item["first_seen"], item["last_seen"]
+    one_week = first == last
     if item["messages"]:
-        head = f"{t['verb'][item['confidence']]}{' ' if en else ''}{name}{facets}".strip()
-        span = (t["span"] if first != last else t["span1"]).format(
-            count=item["count"], weeks=item["weeks"], first=first, last=last)
-        also = t["also"].format(n=item["memories"], s=_plural(item["memories"], en)) if item["memories"] else ""
+        verb, span = t["verb"][item["confidence"]], t["span1" if one_week else "span"]
+        also = t["also"].format(count=item["memories"], s=_plural(item["memories"])) if item["memories"] else ""
     else:  # memories only
-        head = f"{t['told']}{' ' if en else ''}{name}{facets}".strip()
-        span = t["memories"].format(count=item["count"], s=_plural(item["count"], en)) + (t["range"] if first != last else t["range1"]).format(
-            first=first, last=last)
-        also = ""
-    return t["line"].format(head=head, span=span, also=also, confidence=t["confidence"][item["confidence"]])
+        verb, span, also = t["told"], t["memories"] + t["range1" if one_week else "range"], ""
+    span = span.format(count=item["count"], weeks=item["weeks"], first=first, last=last, s=_plural(item["count"]))
+    return t["line"].format(head=f"{verb}{name}{facets}".strip(), span=span, also=also,
+                            confidence=t["confidence"][item["confidence"]])
 
 
-def _plural(n: int, en: bool) -> str:
-    return "s" if en and n != 1 else ""
-
-
-# -- the store ---------------------------------------------------------------------------------
-
-_COLUMNS = ("rank", "topic", "text", "count", "weeks", "first_seen", "last_seen", "confidence", "language",
-            "created_at")
+def _plural(n: int) -> str:
+    return "" if n == 1 else "s"  # the English templates' {s}; the Chinese have none
 
 
 def run(store: Store, user_id: str, *, now: float) -> list[dict[str, Any]]:
-    """Compute the user's insights at ``now`` and replace the ones stored; counts older than
-    the window are deleted. Returns the new lines."""
-    start = window_start(now)
+    """Replace the user's stored insights with those at ``now``, and delete counts older than the
+    window (:data:`~memo_mw.defaults.INSIGHTS_WINDOW_WEEKS`). Returns the new lines."""
+    start = counters.week_of(now - defaults.INSIGHTS_WINDOW_WEEKS * 7 * 86400)
     with store.write():
         rows = [r for r in counters.rows(store, user_id) if r["week"] >= start]
-        memories = [m for m in store.list(user_id)
-                    if counters.week_of(m.get("source_ts") or m.get("created_at") or 0) >= start]
+        memories = [m for m in store.list(user_id) if _week(m) >= start]
         lines = [{**line, "created_at": int(now)} for line in build(rows, memories)]
         store.db.execute("delete from topic_counts where user_id = ? and week < ?", [user_id, start])
         store.db.execute("delete from insights where user_id = ?", [user_id])
-        for line in lines:
-            store.db.execute(
-                f"insert into insights (user_id, {', '.join(_COLUMNS)}) values (?, {', '.join('?' * len(_COLUMNS))})",
-                [user_id, *(line[c] for c in _COLUMNS)])
+        store.db.executemany(
+            f"insert into insights (user_id, {', '.join(_COLUMNS)}) values (?, {', '.join('?' * len(_COLUMNS))})",
+            [[user_id, *(line[c] for c in _COLUMNS)] for line in lines])
     return lines
 
 
@@ -219,18 +170,14 @@ def users(store: Store) -> list[str]:
 
 def run_all(store: Store, *, now: float) -> dict[str, int]:
     """:func:`run` for every user with counts or memories; how many users and lines."""
-    done = {"users": 0, "insights": 0}
-    for user_id in users(store):
-        done["users"] += 1
-        done["insights"] += len(run(store, user_id, now=now))
-    return done
+    made = [len(run(store, user_id, now=now)) for user_id in users(store)]
+    return {"users": len(made), "insights": sum(made)}
 
 
 def read(store: Store, user_id: str) -> list[dict[str, Any]]:
     """The user's stored insights, best first."""
-    cursor = store.db.execute(
-        f"select {', '.join(_COLUMNS)} from insights where user_id = ? order by rank", [user_id])
-    return [dict(zip(_COLUMNS, row)) for row in cursor.fetchall()]
+    return [dict(zip(_COLUMNS, row)) for row in store.db.execute(
+        f"select {', '.join(_COLUMNS)} from insights where user_id = ? order by rank", [user_id])]
 
 
 def now_or(now: float | None) -> float:
