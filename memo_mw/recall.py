@@ -77,7 +77,9 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
     scored = []
     for memory in memories:
         always = 2 if memory.get("type") == "style" else 1 if memory.get("status") == "pending_confirm" else 0
-        rel = relevance(query_tokens, tokens(f"{memory['content']} {memory['key']}"))
+        words = memory.get("words")  # stored with the memory; a pending one has none yet
+        words = frozenset(words.split()) if words else tokens(f"{memory['content']} {memory['key']}")
+        rel = relevance(query_tokens, words)
         if query_topics:
             memory_topics = set(memory.get("topics") or ()) or (tag(memory["content"]) if tag else set())
             if query_topics & memory_topics:

@@ -41,7 +41,7 @@ create table if not exists memories (
   hits integer not null default 0, last_accessed integer, created_at integer not null,
   updated_at integer, expires_at integer, rule_id text, topics text not null default '[]',
   superseded_by integer, language text, confirm_shown_at integer, remove_at integer,
-  terms text not null default '');
+  terms text not null default '', words text not null default '');
 create index if not exists memories_user on memories (user_id, active);
 create index if not exists memories_slot on memories (user_id, key, polarity);
 create index if not exists memories_expiry on memories (status, expires_at);
@@ -73,7 +73,7 @@ create index if not exists insights_user on insights (user_id, rank);
 #: The memory fields as the package hands them out (``terms`` is the index's, not the user's).
 COLUMNS = ("id", "user_id", "type", "key", "polarity", "content", "excerpt", "source_session", "source_ts",
            "source_ids", "confidence", "status", "active", "hits", "last_accessed", "created_at", "updated_at",
-           "expires_at", "rule_id", "topics", "superseded_by", "language", "confirm_shown_at", "remove_at")
+           "expires_at", "rule_id", "topics", "superseded_by", "language", "confirm_shown_at", "remove_at", "words")
 SELECT = f"select {', '.join(COLUMNS)} from memories"
 #: What recall may show: active memories, and an expired one awaiting a confirmation not yet asked.
 RECALLABLE = f"(active = 1 or (status = '{PENDING_CONFIRM}' and confirm_shown_at is null))"
@@ -90,6 +90,14 @@ def index_terms(user_id: str, words: Iterable[str]) -> list[str]:
 def memory_words(content: str, key: str, topics: Iterable[str]) -> set[str]:
     """What a memory is found by: the tokens of its line and slot, and its topic tags."""
     return set(tokens(f"{content} {key}")) | {f"topic:{t}" for t in topics}
+
+
+def indexed(user_id: str, content: str, key: str, topics: Iterable[str]) -> dict[str, str]:
+    """The columns that follow from a memory's text: ``terms`` for the full-text index (hashed),
+    and ``words``, its tokens as recall scores them (made once here, not on every recall)."""
+    words = tokens(f"{content} {key}")
+    return {"terms": " ".join(index_terms(user_id, set(words) | {f"topic:{t}" for t in topics})),
+            "words": " ".join(sorted(words))}
 
 
 def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -283,7 +291,7 @@ class Store:
             "source_session": payload.get("session_id"), "source_ts": ts, "source_ids": json.dumps(message_ids),
             "confidence": candidate["confidence"], "created_at": ts, "updated_at": ts, "expires_at": expires_at,
             "rule_id": candidate.get("rule_id"), "topics": json.dumps(topics), "language": candidate.get("language"),
-            "terms": " ".join(index_terms(user_id, memory_words(candidate["content"], candidate["key"], topics))),
+            **indexed(user_id, candidate["content"], candidate["key"], topics),
         }
         new_id = self.db.execute(f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
                                  list(values.values())).lastrowid
@@ -311,8 +319,8 @@ class Store:
             memory = self.get(user_id, memory_id)
             if memory is None:
                 return None
-            terms = index_terms(user_id, memory_words(content, memory["key"], memory["topics"]))
-            self._update(memory_id, {"content": content, "terms": " ".join(terms), "updated_at": int(at)})
+            self._update(memory_id, {"content": content, "updated_at": int(at),
+                                     **indexed(user_id, content, memory["key"], memory["topics"])})
             self.db.execute("delete from edit_markers where at < ?", [at - defaults.FORGET_MARKER_DAYS * 86400])
             self.db.execute("insert into edit_markers values (?, ?, ?)", [user_id, slot_hash(memory["key"]), at])
         self.vacuum_deleted()  # the old wording leaves the files too (skipped inside a caller's transaction)
