@@ -4,15 +4,13 @@ Each message goes through the stages in order and stops at the first that says n
 
     forget?  -> trigger -> length -> negative gates -> sensitive gate -> compression -> captured
 
-Everything here is pure computation on the message and the compiled rules: no I/O. The
-result names the stage where the message stopped, so ``memo-mw replay`` can count them and
-``memo-mw rules test`` can show the trace.
+Pure computation, no I/O. The result names the stage where the message stopped and the trace
+through the gates, for ``memo-mw rules test``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import regex
@@ -20,21 +18,20 @@ import regex
 from . import defaults
 from .privacy import mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
-from .summary import render, strip_edge_punct, summarize, third_person
+from .summary import strip_edge_punct, summarize
 from .text import nfkc
 from .topics import TopicTagger
 
-__all__ = ["STAGES", "Candidate", "Funnel", "FunnelResult", "render", "third_person"]
+__all__ = ["STAGES", "Candidate", "Funnel", "FunnelResult"]
 
 log = logging.getLogger(__name__)
 
 #: Stage names, in funnel order; ``captured`` and ``forget`` are the two that produce work.
 STAGES = ("forget", "no_trigger", "too_long", "negative", "sensitive", "unusable", "captured")
 
-# A sentence ends at CJK or Latin terminal punctuation or a newline (a period only
-# before whitespace, so "3.5" stays whole); a comma before "but"/"但是" also starts a new
-# clause, so "I like jazz, but I hate country" yields two statements; so does a comma before
-# "and I" / 而我, so "My boss likes golf, and I like tennis" keeps the user's own statement.
+# A period ends a sentence only before whitespace, so "3.5" stays whole. A comma before "but"
+# starts a statement of its own ("I like jazz, but I hate country"), and so does one before
+# "and I" ("My boss likes golf, and I like tennis" keeps the user's own statement).
 _SPLIT = regex.compile(
     r"(?<=[。！？!?；;])|\n|(?<=\.)(?=\s)|[,，]\s*(?=(?:but|however|though|although)\b|但|不过|可是)"
     r"|[,，]\s*(?=and\s+I\b|而我|我自己)",
@@ -49,8 +46,6 @@ _SCRIPT_OF = {"zh": _HAN, "en": _LATIN}
 
 def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
     """One pattern matching wherever any of ``patterns`` matches; None if they cannot be joined."""
-    if not patterns:
-        return None
     try:
         return regex.compile("|".join(f"(?:{p.pattern})" for p in patterns), regex.V0 | regex.IGNORECASE)
     except regex.error:
@@ -58,7 +53,7 @@ def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
 
 
 def _applies(rule_file: RuleFile, text: str) -> bool:
-    """Whether the file's rules can apply to ``text``: a Chinese rule needs a Chinese character."""
+    """A Chinese rule needs a Chinese character in ``text``, an English one a Latin letter."""
     script = _SCRIPT_OF.get(rule_file.language)
     return script is None or script.search(text) is not None
 
@@ -91,8 +86,7 @@ class FunnelResult:
     forget_scope: str | None = None
     forget_match: str | None = None
     trace: tuple[tuple[str, str], ...] = ()
-    #: Whether the message asks for everything remembered (:meth:`Funnel.is_recall_all`).
-    recall_all: bool = False
+    recall_all: bool = False  # the message asks for everything remembered
 
     @property
     def captured(self) -> bool:
@@ -122,10 +116,8 @@ class Funnel:
         self._sensitive_message = [g for g in sensitive if g.scope == "message"]
         self._sensitive_sentence = [g for g in sensitive if g.scope == "sentence"]
 
-    # -- matching with a timeout -------------------------------------------------------
-
     def _search(self, rule: Trigger | Gate, text: str) -> regex.Match | None:
-        """``rule.pattern.search(text)``; a pattern that times out is logged and counts as no match."""
+        """A pattern that times out is logged and counts as no match."""
         try:
             return rule.pattern.search(text, timeout=self.timeout)
         except TimeoutError:
@@ -134,10 +126,7 @@ class Funnel:
             return None
 
     def _gate_hit(self, gates: list[Gate], text: str) -> Gate | None:
-        """The first of these gates that matches ``text``."""
         return next((gate for gate in gates if self._search(gate, text) is not None), None)
-
-    # -- the stages --------------------------------------------------------------------
 
     def clean(self, text: str) -> str:
         """NFKC, fillers removed, whitespace collapsed (line breaks stay: they end sentences)."""
@@ -150,11 +139,10 @@ class Funnel:
         return _BLANKS.sub(" ", text).strip()
 
     def sentences(self, text: str) -> list[str]:
-        """The sentences and clauses of a cleaned text, each a statement of its own."""
+        """The sentences and clauses of a cleaned text."""
         return [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
 
     def process(self, message: str) -> FunnelResult:
-        """Run one user message through every stage."""
         recall_all = self.is_recall_all(message)
         # PII is masked first, so no capture can cut an address in half and keep a piece.
         text = mask_pii(self.clean(message or ""))
@@ -178,7 +166,7 @@ class Funnel:
                             trace=tuple(trace), recall_all=recall_all)
 
     def is_recall_all(self, message: str) -> bool:
-        """True for questions like "what do you remember about me": recall everything, not just matches."""
+        """True for questions like "what do you remember about me"."""
         return self._gate_hit(self.rules.gates("recall_all"), nfkc(message or "")) is not None
 
     def _forget_request(self, text: str) -> tuple[Gate, str | None] | None:
@@ -212,22 +200,20 @@ class Funnel:
             return "too_long", []
         trace.append(("length", f"{len(text)} <= {limit}"))
 
-        # Message-wide negatives (a translation request) and sensitive gates apply whatever
-        # the language; a sentence's own negatives come from the file of the rule that matched,
-        # so a Chinese question gate does not stop an English sentence.
-        whole = self._gate_hit(self._negative_message, text)
-        kept = _passed(hits, "negative", trace, lambda hit: whole or self._gate_hit(
-            self._negative_sentence[id(hit.rule_file)], hit.sentence))
-        if not kept:
-            return "negative", []
-        whole = self._gate_hit(self._sensitive_message, text)
-        private = _passed(kept, "sensitive", trace, lambda hit: whole or self._gate_hit(
-            self._sensitive_sentence, hit.sentence))
-        if not private:
-            return "sensitive", []
+        # A sentence's own negatives come from the file of the rule that matched, so a Chinese
+        # question gate does not stop an English sentence; the other gates apply to all.
+        for stage, message_gates, sentence_gates in (
+                ("negative", self._negative_message, lambda hit: self._negative_sentence[id(hit.rule_file)]),
+                ("sensitive", self._sensitive_message, lambda hit: self._sensitive_sentence)):
+            whole = self._gate_hit(message_gates, text)
+            stops = [(hit, whole or self._gate_hit(sentence_gates(hit), hit.sentence)) for hit in hits]
+            trace.extend((stage, f"{gate.id}: {gate.reason}") for _, gate in stops if gate is not None)
+            hits = [hit for hit, gate in stops if gate is None]
+            if not hits:
+                return stage, []
 
         candidates: dict[tuple[str, int], Candidate] = {}
-        for hit in private:
+        for hit in hits:
             candidate = self._compress(hit)
             if candidate is None:
                 trace.append(("compress", f"{hit.trigger.id}: nothing usable captured"))
@@ -253,11 +239,10 @@ class Funnel:
         return None
 
     def _compress(self, hit: _Hit) -> Candidate | None:
-        said = summarize(hit.trigger, hit.rule_file, hit.match.groupdict())
+        said, trigger = summarize(hit.trigger, hit.rule_file, hit.match.groupdict()), hit.trigger
         if said is None:
             return None
         content, key = said
-        trigger = hit.trigger
         return Candidate(
             type=trigger.type, key=key, polarity=trigger.polarity, content=content,
             excerpt=hit.sentence, rule_id=trigger.id, confidence=trigger.confidence,
@@ -265,15 +250,3 @@ class Funnel:
             ttl_days=trigger.ttl_days, language=hit.rule_file.language,
         )
 
-
-def _passed(hits: list[_Hit], stage: str, trace: list[tuple[str, str]],
-            stopper: Callable[[_Hit], Gate | None]) -> list[_Hit]:
-    """The hits no gate stops; ``stopper(hit)`` returns the stopping gate or None."""
-    passed = []
-    for hit in hits:
-        gate = stopper(hit)
-        if gate is None:
-            passed.append(hit)
-        else:
-            trace.append((stage, f"{gate.id}: {gate.reason}"))
-    return passed

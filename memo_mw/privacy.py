@@ -1,31 +1,19 @@
-"""Masking of personal data before anything leaves the web process.
+"""Masking of personal data before anything leaves the web process: Redis and SQLite only ever
+see placeholders, and the rest of the sentence is kept.
 
-What Redis and SQLite see is already masked, and the rest of the sentence is kept:
+* passwords, PINs and one-time codes stated in the text keep their words and lose the value
+  ("my password is [secret]", "验证码是 [secret]"). A password stated after "is", ":", "是", ...
+  runs to the end of its clause, spaces included (a passphrase); a bare "pwd hunter22" takes one
+  piece, which must hold a digit;
+* keys and tokens stated after their name ("api_key=...", "我的API密钥是...") and known key shapes
+  (``sk-...``, ``ghp_...``, ``xoxb-...``, ``AKIA...``, ``AIza...``, JWTs, after ``Bearer``), and
+  long random hex/base64 strings -> ``[secret]``; e-mail addresses -> ``[email]``;
+* Chinese resident ID numbers with a right check character -> ``[id]``; bank card numbers that
+  pass the Luhn check -> ``[card]``; mobile, international, landline and US numbers -> ``[phone]``.
 
-* passwords, PINs and one-time codes stated in the text ("my password is hunter2",
-  "我的密码是abc123", "pw: hunter22", "PIN is 4821", "验证码是 582013") keep their words and
-  lose the value -> ``[secret]``. A password stated after "is", ":", "=", "是", ... runs to
-  the end of its clause, spaces included ("my password is correct horse battery staple.",
-  "我的密码是 P@ss w0rd，..."): it stops at sentence punctuation, a Chinese character, a
-  quote, a new "key:" / "key=", or a conjunction that starts a new clause ("... and my PIN
-  is", "... so please"). A bare "pwd hunter22" takes one piece, which must hold a digit;
-* keys and tokens stated after their name ("my api key is ...", "api_key=...", "access
-  token: ...", "我的API密钥是...", "令牌是...": one piece of 6+ characters with a letter and a
-  digit) and known key shapes (``sk-...``, ``ghp_...``, ``xoxb-...``, ``AKIA...``,
-  ``AIza...``, JWTs, the token after ``Bearer``) -> ``[secret]``;
-* e-mail addresses -> ``[email]``;
-* long random hex/base64 strings (32+ characters, letters and digits) -> ``[secret]``;
-* Chinese resident ID numbers whose ISO 7064 MOD 11-2 check character is right -> ``[id]``;
-* Chinese mobile numbers -> ``[phone]``;
-* bank card numbers (13-19 digits, grouped or not) that pass the Luhn check -> ``[card]``;
-* international, Chinese landline, other landlines with a trunk 0 ("(020) 7946 0958",
-  "(0755) 1234 5678", "020 7946 0958") and US-style phone numbers -> ``[phone]``.
-
-The patterns run in that order, so a value is masked once, by the most specific rule
-(an ID number is not first eaten by a phone rule, a stated password is ``[secret]``
-whatever it looks like). Digit runs that are none of these (order numbers, years,
-prices, an 18-digit number with a bad check character, a 16-digit number failing Luhn)
-are left as they are. Masking is idempotent: the placeholders match no pattern.
+The patterns run in that order, so a value is masked once, by the most specific rule. Digit runs
+that are none of these (order numbers, years, prices, a number failing its check) stay. Masking
+is idempotent: the placeholders match no pattern.
 """
 
 from __future__ import annotations
@@ -34,15 +22,10 @@ from collections.abc import Callable
 
 import regex
 
-
 PLACEHOLDERS = ("[phone]", "[email]", "[id]", "[card]", "[secret]")
+_PLACEHOLDER = "(?:" + "|".join(regex.escape(p) for p in PLACEHOLDERS) + ")"
 
-_PLACEHOLDER = r"\[(?:phone|email|id|card|secret)\]"
-
-# -- passwords, PINs and codes stated in the text ------------------------------------------
-
-# Words that follow "password is" without being the password ("my password is too weak",
-# "the password is the same as before"): they always stop the rule.
+# Words that follow "password is" without being the password ("my password is too weak").
 _FUNCTION_WORDS = (
     r"(?:the|a|an|my|your|his|her|our|their|its|this|that|it|too|very|not|no|so|same|different"
     r"|still|also|just|now|in|on|at|for|of|to|and|or|but|being|something|somewhere|what|which"
@@ -50,9 +33,8 @@ _FUNCTION_WORDS = (
     r"|from|after|before|until|than|as|only|really|quite|pretty|about|like|here|there|getting"
     r"|going|usually|probably|definitely|actually|kind|sort)(?![\w-])"
 )
-# Words that describe the password ("my password is weak", "... is correct.", "... is set to
-# expire"). They stop the rule only when the clause ends after them or goes on with a
-# function word or an adverb: "my password is correct horse battery staple" is a passphrase.
+# Words that describe the password ("... is weak"): they stop the rule only when the clause ends
+# after them or goes on with a function word or an adverb, for "correct horse battery staple".
 _STATE_WORDS = (
     r"(?:weak|strong|long|short|easy|hard|simple|secure|safe|wrong|correct|right|changed|expired"
     r"|required|needed|set|reset|incorrect|invalid|saved|stored|written|forgotten|lost|hidden"
@@ -67,23 +49,22 @@ _NOT_A_PASSWORD = (
 # One space-free piece of a value: no Chinese, no quote, no sentence punctuation at its end.
 _VALUE_END = r"(?=[.,;:!?)\"'“”‘’`]*(?:\s|$|[\p{Han}，。！？；、]))"
 _PIECE_CHARS = r"[^\s\"'“”‘’`，。！？；、\p{Han}]"
-# Where a stated password ends when the clause goes on: "hunter2 and my PIN is ...",
-# "hunter2 so please keep it safe", "P@ss w0rd user: bob" (another key).
+# Where a stated password ends when the clause goes on: "hunter2 and my PIN is ...", "hunter2 so
+# please keep it safe", "P@ss w0rd user: bob" (another key).
 _PASSWORD_STOP = (
     r"(?:(?:and|but|or|so|because|since|while|when|if|then)\s+(?:i|i'm|i’m|i've|i’ve|my|me|it|it's"
     r"|it’s|its|the|this|that|you|your|we|our|he|she|his|her|they|their|don't|don’t|do|please)"
     r"(?![\w'’-])|please(?![\w-])|thanks(?![\w-])|thank\s+you(?![\w-])"
     r"|[\w.-]+\s*[:=：]|" + _PLACEHOLDER + ")"
 )
-# A stated password after "is", ":", "是", ...: the pieces up to the end of the clause
-# ("correct horse battery staple", "P@ss w0rd"); the first piece has 3+ characters.
+# A stated password: the pieces up to the end of the clause; the first has 3+ characters.
 _VALUE_WORDS = (
     rf"(?P<q>[\"'“‘`]?)(?![:：=]|{_PLACEHOLDER})"
     rf"(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END}"
     rf"(?:[ \t]+(?!{_PASSWORD_STOP}){_PIECE_CHARS}+?{_VALUE_END})*)"
 )
-# After no separator at all ("pwd hunter22", "密码abc123"): one piece, which for the
-# English abbreviations must hold a digit ("run pwd to see the folder" stays).
+# After no separator ("pwd hunter22", "密码abc123"): one piece, which for the English
+# abbreviations must hold a digit ("run pwd to see the folder" stays).
 _VALUE_ONE = (
     rf"(?P<q>)(?![:：=]|{_PLACEHOLDER})(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END})"
 )
@@ -112,12 +93,8 @@ _CODE = regex.compile(
     regex.IGNORECASE,
 )
 
-# -- API keys and tokens ---------------------------------------------------------------
-
-# A key or token stated after its name: "my api key is abcd1234efgh5678", "api_key=...",
-# "access token: 9f8e7d6c5b4a", "我的API密钥是...", "令牌是...". The value is one piece of
-# 6+ key characters holding a letter and a digit ("my token is expired", "max tokens:
-# 128000" and "the api key is in the .env file" stay).
+# A key or token stated after its name: one piece of 6+ key characters with a letter and a digit
+# ("my token is expired", "max tokens: 128000" and "the api key is in the .env file" stay).
 _KEY_VALUE = (
     r"(?P<q>[\"'`]?)(?!" + _PLACEHOLDER + r")"
     r"(?=[A-Za-z0-9_+/=~.-]*[0-9])(?=[0-9_+/=~.-]*[A-Za-z])"
@@ -142,26 +119,18 @@ _TOKEN = regex.compile(
     r"|eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}(?:\.[A-Za-z0-9_-]+)?"  # JWT
     r")"
 )
-# "Bearer <token>": the word stays, the token goes (it must look like one: 10+ characters
-# with a digit, so "Bearer authentication" stays).
+# "Bearer <token>": the token must have 10+ characters and a digit ("Bearer authentication" stays).
 _BEARER = regex.compile(
     r"(?P<head>(?<![A-Za-z])(?i:bearer)\s+)(?=[A-Za-z._~+/-]*[0-9])[A-Za-z0-9._~+/-]{9,}[A-Za-z0-9_~+/-]=*"
 )
-# Long random strings: a run of 32+ hex characters with letters and digits, or of 32+
-# base64/base64url characters with upper case, lower case and digits (a path or a
-# hyphenated phrase has no upper case, a word has no digit); ``_random`` decides. The
-# leftmost match of a greedy run always starts where the run starts, so no lookbehind is
-# needed.
+# Long random strings (hex, base64): ``_random`` decides. A greedy run's leftmost match starts
+# where the run starts, so no lookbehind is needed.
 _RUN = regex.compile(r"[A-Za-z0-9+/_-]{32,}=*")
 _HEX = frozenset("0123456789abcdefABCDEF")
-
-# -- e-mail ----------------------------------------------------------------------------
 
 _EMAIL = regex.compile(
     r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+[@＠](?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![A-Za-z0-9-])"
 )
-
-# -- numbers ---------------------------------------------------------------------------
 
 # Chinese resident ID: region (6), birth date (8), sequence (3), check character.
 _CN_ID = regex.compile(
@@ -171,8 +140,7 @@ _CN_ID = regex.compile(
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _ID_CHECK = "10X98765432"
 
-# Chinese mobile: 1[3-9]x xxxx xxxx, optionally after +86 / 0086 / 86; not a piece of a
-# longer run of digit groups (a card number).
+# Chinese mobile, optionally after +86 / 0086 / 86; not a piece of a longer run of digit groups.
 _CN_MOBILE = regex.compile(
     r"(?<![0-9A-Za-z+])(?<![0-9][ -])(?:(?:\+|00)?86[ -]?)?1[3-9][0-9][ -]?[0-9]{4}[ -]?[0-9]{4}"
     r"(?![0-9]|-[0-9])"
@@ -192,9 +160,7 @@ _INTL_PHONE = regex.compile(
 _CN_LANDLINE = regex.compile(
     r"(?<![0-9A-Za-z+])(?:\(0[1-9][0-9]{1,2}\)[ -]?|0[1-9][0-9]{1,2}[ -])[0-9]{7,8}(?![0-9]|-[0-9])"
 )
-# Other landlines with a trunk 0: an area code in parentheses, then 6-8 digits in up to three
-# groups ("(020) 7946 0958", "(0755) 1234 5678", "(01632) 960 961"), or without them in
-# two groups after it split by one kind of separator ("020 7946 0958", "0755-1234-5678").
+# Other landlines with a trunk 0: "(020) 7946 0958", "(01632) 960 961", "020 7946 0958".
 _LANDLINE = regex.compile(
     r"(?<![0-9A-Za-z+])(?:\(0[1-9][0-9]{1,3}\)[ -]?[0-9]{2,4}(?:[ -]?[0-9]{2,4}){0,2}"
     r"|0[1-9][0-9]{1,3}(?P<sep>[ -])[0-9]{3,4}(?P=sep)[0-9]{4})(?![0-9]|[-.][0-9])"
@@ -234,8 +200,8 @@ def _id(match: regex.Match) -> str:
 
 
 def _card(match: regex.Match) -> str:
-    # "4111 1111 1111 1111 123 times": a following group may be another number, so the
-    # longest run of whole groups that is a card wins.
+    # A following group may be another number ("4111 1111 1111 1111 123 times"): the longest
+    # run of whole groups that is a card wins.
     text, sep = match.group(), match.group("sep")
     groups = text.split(sep) if sep else [text]
     for end in range(len(groups), 0, -1):
@@ -262,10 +228,9 @@ def _random(match: regex.Match) -> str:
 
 def _landline(match: regex.Match) -> str:
     text = match.group()
-    area, _, number = text.partition(")") if text.startswith("(") else ("", "", text)
-    if area:
-        return "[phone]" if 6 <= len(_digits(number)) <= 8 else text
-    return "[phone]" if 10 <= len(_digits(number)) <= 12 else text
+    if text.startswith("("):  # the digits after the area code
+        return "[phone]" if 6 <= len(_digits(text.partition(")")[2])) <= 8 else text
+    return "[phone]" if 10 <= len(_digits(text)) <= 12 else text
 
 
 def _intl_phone(match: regex.Match) -> str:
@@ -274,11 +239,10 @@ def _intl_phone(match: regex.Match) -> str:
     return "[phone]" if 8 <= n <= 15 else text
 
 
-_Mask = tuple[regex.Pattern, str | Callable[[regex.Match], str]]
 _KEEP_HEAD = r"\g<head>\g<q>[secret]"
 
 #: In the order they run: the most specific first, so that a value is masked once.
-_MASKS: tuple[_Mask, ...] = (
+_MASKS: tuple[tuple[regex.Pattern, str | Callable[[regex.Match], str]], ...] = (
     (_PASSWORD_EN, _KEEP_HEAD),
     (_PASSWORD_ZH, _KEEP_HEAD),
     (_CODE, r"\g<head>[secret]"),

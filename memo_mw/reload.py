@@ -1,14 +1,9 @@
 """Rules that reload when their files change, without a restart.
 
-The middleware's funnel is a :class:`ReloadingFunnel` when its rules come from files: at
-most every ``interval`` seconds a request looks at the files (a ``stat`` each; a folder is
-listed again, so a new ``*.yaml`` counts). When they changed, that request loads and checks
-them as ``memo-mw rules check`` would, examples included, before it goes on; requests that
-come meanwhile use the rules they had. Rules that do not pass are not used: the last good
-rules stay, and the problems are logged once per change on the ``memo_mw.reload`` logger.
-
-A :class:`~memo_mw.rules.RuleSet` passed in directly has no files to watch, and an interval
-of ``0`` or ``None`` turns watching off: both give a plain :class:`~memo_mw.funnel.Funnel`.
+At most every ``interval`` seconds a request looks at the rule files (a ``stat`` each; a folder
+is listed again). When they changed, that request loads and checks them as ``memo-mw rules
+check`` would, examples included; the others meanwhile use the rules they had. Rules that do not
+pass are not used: the last good rules stay, and the problems are logged once per change.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def files_signature(paths: str | Sequence[str] | None) -> tuple:
-    """The rule files as ``stat`` sees them: (path, mtime in ns, size, inode) per file, in load
-    order. Any change to a file, or to a folder's list of files, changes it."""
+    """The rule files as ``stat`` sees them: any change to a file, or to a folder's list, changes it."""
     try:
         files = expand_paths(paths)
     except RulesError:
@@ -50,10 +44,7 @@ def make_funnel(rules: str | Sequence[str] | RuleSet | None, *,
                 reload_interval: float | None = defaults.RULES_RELOAD_INTERVAL,
                 clock: Callable[[], float] = time.monotonic) -> Funnel | ReloadingFunnel:
     """The funnel for the middleware: watching its files unless given a RuleSet or no interval.
-
-    Raises :class:`RulesError` when the rules cannot be loaded at start-up (there are no last
-    good rules to fall back on then).
-    """
+    Raises :class:`RulesError` when the rules cannot be loaded at start-up (no last good rules)."""
     if isinstance(rules, RuleSet):
         return Funnel(rules)
     if not reload_interval:
@@ -62,13 +53,8 @@ def make_funnel(rules: str | Sequence[str] | RuleSet | None, *,
 
 
 class ReloadingFunnel:
-    """A :class:`~memo_mw.funnel.Funnel` whose rules follow their files: each ``process`` call (one
-    per request) may notice a change, and each call runs on one consistent set of rules.
-
-    :param paths: rule files or folders, as for :func:`~memo_mw.rules.load_rules`.
-    :param interval: seconds between two looks at the files (by ``clock``).
-    :param clock: the clock the interval is measured with.
-    """
+    """A :class:`~memo_mw.funnel.Funnel` whose rules follow their files (or folders): each
+    ``process`` call may notice a change, and each runs on one consistent set of rules."""
 
     def __init__(self, paths: str | Sequence[str] | None, *, interval: float = defaults.RULES_RELOAD_INTERVAL,
                  clock: Callable[[], float] = time.monotonic, timeout: float = defaults.REGEX_TIMEOUT):
@@ -76,12 +62,10 @@ class ReloadingFunnel:
         self.interval = interval
         self.clock = clock
         self.timeout = timeout
-        #: How many times new rules replaced the old ones.
-        self.reloads = 0
+        self.reloads = 0  # how many times new rules replaced the old ones
         # Taken before loading: a change made while loading is seen at the next look.
         self._signature = files_signature(paths)
         self._rejected: tuple | None = None  # the files as they were when last refused
-        #: The funnel of the rules in use.
         self.funnel = Funnel(load_rules(paths), timeout=timeout)
         self._looked_at = clock()
         # Held by the request that looks at the files; the others do not wait for it.
@@ -102,15 +86,8 @@ class ReloadingFunnel:
     def is_recall_all(self, message: str) -> bool:
         return self.funnel.is_recall_all(message)
 
-    def clean(self, text: str) -> str:
-        return self.funnel.clean(text)
-
-    def sentences(self, text: str) -> list[str]:
-        return self.funnel.sentences(text)
-
     def check(self) -> None:
-        """Look at the files if ``interval`` has passed (or the clock went back); reload them if
-        they changed."""
+        """Look at the files if ``interval`` has passed (or the clock went back); reload on a change."""
         if 0 <= self.clock() - self._looked_at < self.interval or not self._looking.acquire(blocking=False):
             return
         try:

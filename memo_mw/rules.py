@@ -1,14 +1,11 @@
 """Load and validate the YAML rules that drive the capture funnel.
 
-A rules file (``rules/zh.yaml``, ``rules/en.yaml``, or a file of your own) holds the
-trigger patterns, the gates that stop a message, the fillers removed before a summary
-is rendered, and the forget phrases. Files are validated when they are loaded: every
-problem is reported with the file, the line and the rule id, so a broken edit is
-caught at start-up, not on the first matching message.
-
-Patterns use the ``regex`` module, are case-insensitive, and are always matched with a timeout
-(:data:`memo_mw.defaults.REGEX_TIMEOUT`), so a pattern with catastrophic
-backtracking costs a bounded amount of time and is logged, never hangs a request.
+A rules file (``rules/zh.yaml``, ``rules/en.yaml``, or your own) holds the trigger patterns, the
+gates that stop a message, the fillers removed before a summary is rendered, and the forget
+phrases. Every problem is reported at load time with its file, line and rule id, so a broken
+edit is caught at start-up, not on the first matching message. Patterns use the ``regex``
+module, case-insensitive, and are matched with a timeout, so catastrophic backtracking is
+bounded and logged.
 """
 
 from __future__ import annotations
@@ -23,7 +20,15 @@ import regex
 from . import defaults
 from .exceptions import RulesError
 from .rules_check import Examples, read_examples, template_fields, wrong_examples
-from .rules_yaml import META_KEYS, Reporter, compile_pattern, list_of, positive_int, read_yaml, strings
+from .rules_yaml import (
+    META_KEYS,
+    Reporter,
+    compile_pattern,
+    list_of,
+    positive_int,
+    read_yaml,
+    strings,
+)
 
 MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
 FORGET_SCOPES = ("all", "match")
@@ -54,8 +59,7 @@ class Trigger:
     source: str
     examples: Examples = None
     pronouns: bool = True  # apply the file's pronoun map ("give me short answers" keeps its "me")
-    #: Words of which a sentence must contain one (case-folded substrings) before the pattern
-    #: is tried: a cheap pre-check for long patterns that can only match near those words.
+    #: A cheap pre-check for long patterns: a sentence must hold one of these (case-folded) first.
     requires: tuple[str, ...] = ()
 
 
@@ -116,14 +120,9 @@ class RuleSet:
 
 
 def default_rule_paths() -> list[str]:
-    """The shipped rules: ``rules/zh.yaml`` and ``rules/en.yaml``.
+    """The shipped rules: in ``memo_mw/default_rules`` of a wheel, in ``rules/`` of a checkout.
 
-    An installed wheel carries them in the folder ``memo_mw/default_rules`` (the package
-    ``memo_mw.default_rules``, mapped from ``rules/`` by ``package_dir``); in a source
-    checkout (or an editable install) they are read from the top-level ``rules/`` folder.
-
-    The folder has no ``__init__.py``, so ``importlib.resources.files()`` gives a
-    ``MultiplexedPath`` whose ``str()`` is not a path: the folder is located on disk instead.
+    The folder has no ``__init__.py``, so ``importlib.resources`` would give no plain path.
     """
     here = Path(__file__).resolve().parent
     candidates = [here / "default_rules", here.parent / "rules"]
@@ -137,10 +136,9 @@ def default_rule_paths() -> list[str]:
 
 
 def load_rules(paths: str | Sequence[str] | None = None) -> RuleSet:
-    """Load, validate and compile rule files; ``None`` means the shipped defaults.
+    """Load, validate and compile rule files (a folder: its ``*.yaml``); ``None``: the shipped ones.
 
-    A folder stands for every ``*.yaml`` file in it. Raises :class:`RulesError`
-    listing every problem found, each as ``file:line: rule id: problem``.
+    Raises :class:`RulesError` listing every problem, each as ``file:line: rule id: problem``.
     """
     rules, problems = _load_all(paths)
     if problems:
@@ -149,11 +147,8 @@ def load_rules(paths: str | Sequence[str] | None = None) -> RuleSet:
 
 
 def check_rules(paths: str | Sequence[str] | None = None) -> list[str]:
-    """Every problem in the given rule files, as strings, examples included; empty means valid.
-
-    The examples of the rules that did compile are run even when other rules have problems,
-    so one run of ``memo-mw rules check`` lists everything to fix.
-    """
+    """Every problem in the given rule files, examples included; empty means valid. The rules
+    that compiled have their examples run even when others have problems: one run lists all."""
     try:
         rules, problems = _load_all(paths)
     except RulesError as exc:  # no file to read at all
@@ -165,16 +160,13 @@ def _load_all(paths: str | Sequence[str] | None) -> tuple[RuleSet, list[str]]:
     """The rules that compiled, and the problems of the rest."""
     files = expand_paths(paths)
     problems: list[str] = []
-    compiled: list[RuleFile] = []
     seen_ids: dict[str, str] = {}
-    for path in files:
-        rule_file = _load_file(path, problems, seen_ids)
-        if rule_file is not None:
-            compiled.append(rule_file)
-    return RuleSet(files=compiled, paths=files), problems
+    compiled = [_load_file(path, problems, seen_ids) for path in files]
+    return RuleSet(files=[f for f in compiled if f is not None], paths=files), problems
 
 
 def expand_paths(paths: str | Sequence[str] | None) -> list[str]:
+    """The rule files named, a folder standing for its ``*.yaml`` files."""
     if paths is None:
         return default_rule_paths()
     if isinstance(paths, (str, Path)):
@@ -196,8 +188,7 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
     if data is None:
         return None
     report = Reporter(path, problems)
-    for key in sorted(set(data) - TOP_KEYS - META_KEYS, key=str):
-        report(data, None, f"unknown section {key!r} (known: {', '.join(sorted(TOP_KEYS))})", key=key)
+    _unknown_keys(data, TOP_KEYS, None, report, "section")
     if data.get("version", 1) != 1:
         report(data, None, f"version {data.get('version')!r} is not supported (this memo-mw reads version 1)",
                key="version")
@@ -213,15 +204,13 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
         fillers=_fillers(data, report),
         pronouns=_pronouns(data, report),
     )
-    for section in ("negative", "sensitive", "forget", "recall_all"):
+    for section in ("negative", "sensitive", "forget", "recall_all", "triggers"):
         for index, node in enumerate(list_of(data, section, report)):
-            gate = _gate(node, section, index, data, path, report, seen_ids)
-            if gate is not None:
-                getattr(rule_file, section).append(gate)
-    for index, node in enumerate(list_of(data, "triggers", report)):
-        trigger = _trigger(node, index, data, rule_file, report, seen_ids)
-        if trigger is not None:
-            rule_file.triggers.append(trigger)
+            rule_id = _rule_id(node, section, index, data, report, seen_ids, path)
+            rule = rule_id and (_trigger(node, rule_id, rule_file, report) if section == "triggers"
+                                else _gate(node, rule_id, section, path, report))
+            if rule:
+                getattr(rule_file, section).append(rule)
     return rule_file
 
 
@@ -282,34 +271,28 @@ def _rule_id(node: Any, section: str, index: int, data: dict, report, seen_ids: 
     return rule_id
 
 
-def _unknown_keys(node: dict, allowed: frozenset[str], rule_id: str, report) -> None:
+def _unknown_keys(node: dict, allowed: frozenset[str], rule_id: str | None, report, kind: str = "key") -> None:
     for key in sorted(set(node) - allowed - META_KEYS, key=str):
-        report(node, rule_id, f"unknown key {key!r} (known: {', '.join(sorted(allowed))})", key=key)
+        report(node, rule_id, f"unknown {kind} {key!r} (known: {', '.join(sorted(allowed))})", key=key)
 
 
-def _gate(node: Any, section: str, index: int, data: dict, path: str, report, seen_ids) -> Gate | None:
-    rule_id = _rule_id(node, section, index, data, report, seen_ids, path)
-    if rule_id is None:
-        return None
+def _gate(node: dict, rule_id: str, section: str, path: str, report: Reporter) -> Gate | None:
     _unknown_keys(node, GATE_KEYS, rule_id, report)
     pattern = compile_pattern(node.get("pattern"), rule_id, node, report)
     scope = node.get("scope", "all" if section == "forget" else "sentence")
-    if section == "forget":
-        if scope not in FORGET_SCOPES:
-            report(node, rule_id, f"scope must be one of {', '.join(FORGET_SCOPES)}, not {scope!r}", key="scope")
-            return None
-        if pattern is not None and scope == "match" and "what" not in pattern.groupindex:
-            report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)",
-                   key="pattern")
-            return None
-    elif section == "recall_all":
-        if "scope" in node:
-            report(node, rule_id, "recall_all rules take no scope: they always read the whole message",
-                   key="scope")
-            return None
+    problem = None
+    if section == "recall_all":
+        problem = "recall_all rules take no scope: they always read the whole message" if "scope" in node else None
         scope = "message"
-    elif scope not in ("sentence", "message"):
-        report(node, rule_id, f"scope must be 'sentence' or 'message', not {scope!r}", key="scope")
+    elif section != "forget" and scope not in ("sentence", "message"):
+        problem = f"scope must be 'sentence' or 'message', not {scope!r}"
+    elif section == "forget" and scope not in FORGET_SCOPES:
+        problem = f"scope must be one of {', '.join(FORGET_SCOPES)}, not {scope!r}"
+    if problem:
+        report(node, rule_id, problem, key="scope")
+        return None
+    if pattern is not None and scope == "match" and "what" not in pattern.groupindex:
+        report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)", key="pattern")
         return None
     if pattern is None:
         return None
@@ -317,49 +300,45 @@ def _gate(node: Any, section: str, index: int, data: dict, path: str, report, se
                 examples=read_examples(node, rule_id, report))
 
 
-def _trigger(node: Any, index: int, data: dict, rule_file: RuleFile, report, seen_ids) -> Trigger | None:
-    rule_id = _rule_id(node, "triggers", index, data, report, seen_ids, rule_file.path)
-    if rule_id is None:
-        return None
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: A trigger's plain values: key, default, whether a value is right, and the problem when not.
+_TRIGGER_VALUES = (
+    ("type", None, lambda v: v in MEMORY_TYPES, f"type must be one of {', '.join(MEMORY_TYPES)}, not {{!r}}"),
+    # 1.0 and true compare equal to 1 but are not polarities.
+    ("polarity", 1, lambda v: _is_number(v) and isinstance(v, int) and v in (1, -1),
+     "polarity must be 1 or -1, not {!r}"),
+    ("confidence", defaults.DEFAULT_CONFIDENCE, lambda v: _is_number(v) and 0 < v <= 1,
+     "confidence must be a number in (0, 1], not {!r}"),
+    ("ttl_days", None, lambda v: v is None or _is_number(v) and 0 < v < 1e6,
+     "ttl_days must be a positive number, not {!r}"),
+    ("requires", None, lambda v: not v or isinstance(v, list) and all(isinstance(w, str) and w.strip() for w in v),
+     "requires must be a list of non-empty strings"),
+    ("pronouns", True, lambda v: isinstance(v, bool), "pronouns must be true or false, not {!r}"),
+)
+
+
+def _trigger(node: dict, rule_id: str, rule_file: RuleFile, report: Reporter) -> Trigger | None:
     _unknown_keys(node, TRIGGER_KEYS, rule_id, report)
-    ok = True
     pattern = compile_pattern(node.get("pattern"), rule_id, node, report)
-    mem_type = node.get("type")
-    if mem_type not in MEMORY_TYPES:
-        report(node, rule_id, f"type must be one of {', '.join(MEMORY_TYPES)}, not {mem_type!r}", key="type")
-        ok = False
-    polarity = node.get("polarity", 1)
-    # An int, and only 1 or -1: 1.0 and true compare equal to 1 but are not polarities.
-    if isinstance(polarity, bool) or not isinstance(polarity, int) or polarity not in (1, -1):
-        report(node, rule_id, f"polarity must be 1 or -1, not {polarity!r}", key="polarity")
-        ok = False
-    confidence = node.get("confidence", defaults.DEFAULT_CONFIDENCE)
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence <= 1:
-        report(node, rule_id, f"confidence must be a number in (0, 1], not {confidence!r}", key="confidence")
-        ok = False
-    ttl = node.get("ttl_days")
-    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < 1e6):
-        report(node, rule_id, f"ttl_days must be a positive number, not {ttl!r}", key="ttl_days")
-        ok = False
-    requires = node.get("requires") or []
-    if not isinstance(requires, list) or not all(isinstance(w, str) and w.strip() for w in requires):
-        report(node, rule_id, "requires must be a list of non-empty strings", key="requires")
-        ok, requires = False, []
-    pronouns = node.get("pronouns", True)
-    if not isinstance(pronouns, bool):
-        report(node, rule_id, f"pronouns must be true or false, not {pronouns!r}", key="pronouns")
-        ok = False
-    summary = node.get("summary")
-    key = node.get("key", "{what}")
+    values, ok = {}, True
+    for name, default, valid, problem in _TRIGGER_VALUES:
+        values[name] = node.get(name, default)
+        if not valid(values[name]):
+            report(node, rule_id, problem.format(values[name]), key=name)
+            ok = False
+    summary, key = node.get("summary"), node.get("key", "{what}")
     summary_fields = template_fields(summary, key, pattern, rule_id, node, report)
-    ok = ok and summary_fields is not None
-    if pattern is None or not ok:
+    if pattern is None or not ok or summary_fields is None:
         return None
+    ttl = values["ttl_days"]
     return Trigger(
-        id=rule_id, pattern=pattern, type=mem_type, polarity=polarity, summary=summary, key=key,
-        summary_fields=summary_fields or (), pronouns=pronouns is not False,
-        requires=tuple(w.strip().casefold() for w in requires),
-        confidence=float(confidence), ttl_days=float(ttl) if ttl is not None else None,
+        id=rule_id, pattern=pattern, type=values["type"], polarity=values["polarity"], summary=summary, key=key,
+        summary_fields=summary_fields, pronouns=values["pronouns"],
+        requires=tuple(w.strip().casefold() for w in values["requires"] or ()),
+        confidence=float(values["confidence"]), ttl_days=None if ttl is None else float(ttl),
         language=rule_file.language, source=rule_file.path, examples=read_examples(node, rule_id, report),
     )
 

@@ -7,14 +7,14 @@ rules check`` runs them (and a reload: :mod:`memo_mw.reload`), start-up does not
 from __future__ import annotations
 
 import string
-from typing import Any, Optional
+from typing import Any
 
 import regex
 
 from .rules_yaml import META_KEYS, Reporter
 
 #: A rule's ``examples``: the sentences it must match, those it must not, and the line of the rule.
-Examples = Optional[tuple[tuple[str, ...], tuple[str, ...], Optional[int]]]
+Examples = tuple[tuple[str, ...], tuple[str, ...], int | None] | None
 
 
 def template_fields(summary: Any, key: Any, pattern: regex.Pattern | None, rule_id: str, node: dict,

@@ -1,8 +1,6 @@
-"""Reading rule files: YAML that remembers where each thing was written, and the checks of
-single values, each problem reported as ``file:line: rule id: problem``.
-
-Every mapping read gets ``__line__`` (where it starts) and ``__lines__`` (the line of each key).
-"""
+"""Reading rule files: YAML that remembers where each thing was written (every mapping gets
+``__line__`` and ``__lines__``, the line of each key), and the checks of single values, each
+problem reported as ``file:line: rule id: problem``."""
 
 from __future__ import annotations
 
@@ -11,13 +9,12 @@ from typing import Any
 import regex
 import yaml
 
-#: The keys read_yaml() adds to every mapping.
 META_KEYS = frozenset({"__line__", "__lines__"})
 
 
 class _LineLoader(yaml.SafeLoader):
-    """A safe YAML loader that remembers lines. A key given twice in one mapping, which plain
-    YAML silently resolves to the last value, is recorded in ``duplicate_keys``."""
+    """A safe YAML loader that remembers lines, and the keys given twice in one mapping (which
+    YAML would silently resolve to the last value)."""
 
     def __init__(self, stream):
         super().__init__(stream)
@@ -45,17 +42,12 @@ _NEAR_ID = regex.compile(r"""^\s*(?:-\s*)?id\s*:\s*['"]?([^'"\s#]+)""")
 
 def _nearest_id(text: str, line: int) -> str | None:
     """The id of the rule written at or above ``line`` (1-based), to name it in a YAML syntax error."""
-    lines = text.splitlines()[:line]
-    for raw in reversed(lines):
-        match = _NEAR_ID.match(raw)
-        if match:
-            return match.group(1)
-    return None
+    matches = (_NEAR_ID.match(raw) for raw in reversed(text.splitlines()[:line]))
+    return next((match.group(1) for match in matches if match), None)
 
 
 def read_yaml(path: str, problems: list[str]) -> dict | None:
-    """The mapping of rule sections in the file at ``path``, lines remembered; None, with the
-    problems appended to ``problems``, when it cannot be read as one."""
+    """The mapping of rule sections in the file at ``path``; None, problems appended, when it is none."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -69,11 +61,10 @@ def read_yaml(path: str, problems: list[str]) -> dict | None:
     try:
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        mark, context_mark = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+        context = getattr(exc, "context", None)
         where = f"{path}:{mark.line + 1}" if mark else path
-        # The rule being written where the broken construct began (a "[" never closed...).
-        start = context_mark or mark
+        start = context_mark or mark  # where the broken construct began (a "[" never closed)
         near = _nearest_id(text, start.line + 1) if start else None
         detail = f" ({context} that started at line {context_mark.line + 1})" if context and context_mark else ""
         problems.append(f"{where}: {near + ': ' if near else ''}invalid YAML: "
@@ -98,12 +89,10 @@ class Reporter:
         self.problems = problems
 
     def __call__(self, node: Any, rule_id: str | None, problem: str, key: str | None = None) -> None:
-        """Report ``problem`` at ``node`` (a mapping read by read_yaml), at the line of its ``key``
-        if given, else where the mapping starts."""
+        """Report ``problem`` at the line of ``node``'s ``key``, else where the mapping starts."""
         line = None
         if isinstance(node, dict):
-            line = (node.get("__lines__") or {}).get(key) if key is not None else None
-            line = line or node.get("__line__")
+            line = key is not None and (node.get("__lines__") or {}).get(key) or node.get("__line__")
         where = f"{self.path}:{line}" if line else self.path
         self.problems.append(f"{where}: {rule_id + ': ' if rule_id else ''}{problem}")
 
@@ -121,13 +110,11 @@ def list_of(data: dict, key: str, report: Reporter) -> list:
 
 def strings(data: dict, key: str, report: Reporter) -> tuple[str, ...]:
     """A section that is a list of non-empty strings; other entries are reported and left out."""
-    out = []
-    for item in list_of(data, key, report):
-        if isinstance(item, str) and item.strip():
-            out.append(item)
-        else:
+    items = list_of(data, key, report)
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
             report(data, None, f"{key} entries must be non-empty strings, not {item!r} (quote it)", key=key)
-    return tuple(out)
+    return tuple(item for item in items if isinstance(item, str) and item.strip())
 
 
 def positive_int(data: dict, key: str, default: int, report: Reporter) -> int:

@@ -1,9 +1,8 @@
 """What a matched trigger says: its one-line summary and the memory key (slot) it fills.
 
-The trigger's groups are tidied first (edge punctuation off, trailing particles off the
-remembered phrase, first person turned to third by the file's pronoun map), then rendered
-into the rule's ``summary`` and ``key`` templates. The template spec ``3sg`` turns the
-first word of a value into an English third-person verb (``{what:3sg}``: "run" -> "runs").
+The trigger's groups are tidied (edge punctuation and trailing particles off, first person turned
+to third by the file's pronoun map), then rendered into the rule's ``summary`` and ``key``
+templates, where ``{what:3sg}`` makes the first word an English third-person verb ("runs").
 """
 
 from __future__ import annotations
@@ -33,9 +32,7 @@ def summarize(trigger: Trigger, rule_file: RuleFile, groups: dict[str, str | Non
         return None
     content = _SPACES.sub(" ", render(trigger.summary, values)).strip()
     key = strip_key_prefixes(memory_key(render(trigger.key, values)), rule_file.key_prefixes)
-    if not content or not key:
-        return None
-    return content, key
+    return (content, key) if content and key else None
 
 
 def strip_edge_punct(text: str) -> str:
@@ -51,16 +48,13 @@ def tidy(value: str, rule_file: RuleFile, *, particles: bool, pronouns: bool) ->
         changed = False
         for particle in rule_file.trailing:
             if _ends_with_particle(value, particle):
-                value = strip_edge_punct(value[: -len(particle)])
-                changed = True
+                value, changed = strip_edge_punct(value[: -len(particle)]), True
     for pattern, replacement in rule_file.pronouns if pronouns else ():
         value = pattern.sub(replacement, value)
     return value
 
 
 class _TemplateFormatter(string.Formatter):
-    """``str.format`` plus the spec ``3sg``: the first word as an English third-person verb."""
-
     def format_field(self, value, format_spec):
         if format_spec == "3sg":
             return third_person(str(value))
@@ -68,7 +62,7 @@ class _TemplateFormatter(string.Formatter):
 
 
 def render(template: str, values: dict[str, str]) -> str:
-    """Render a rule's summary or key template."""
+    """Render a rule's summary or key template: ``str.format`` plus the spec ``3sg``."""
     return _TemplateFormatter().vformat(template, (), values)
 
 
@@ -93,23 +87,24 @@ def third_person(phrase: str) -> str:
 
 def strip_key_prefixes(key: str, prefixes: tuple[str, ...]) -> str:
     """``喝乌龙茶`` -> ``乌龙茶``, ``drinking coffee`` -> ``coffee``: one slot however the thing is named.
-
-    A Latin prefix must be a whole word; something must remain after the prefix.
-    """
+    A Latin prefix must be a whole word, and something must remain after it."""
     changed = True
     while changed:
         changed = False
         for prefix in prefixes:
-            if not key.startswith(prefix) or len(key) <= len(prefix):
-                continue
-            rest = key[len(prefix):]
-            if prefix[-1].isascii() and prefix[-1].isalnum():
-                if not rest[0].isspace():
-                    continue
-                rest = rest.lstrip()
-            if rest:
+            if rest := _after_prefix(key, prefix):
                 key, changed = rest, True
     return key
+
+
+def _after_prefix(key: str, prefix: str) -> str:
+    """What follows ``prefix`` at the start of ``key`` ("" when it is not there as a whole word)."""
+    if not key.startswith(prefix) or len(key) <= len(prefix):
+        return ""
+    rest = key[len(prefix):]
+    if prefix[-1].isascii() and prefix[-1].isalnum():
+        return rest.lstrip() if rest[0].isspace() else ""
+    return rest
 
 
 def _ends_with_particle(value: str, particle: str) -> bool:

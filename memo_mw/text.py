@@ -1,7 +1,7 @@
 """Text normalisation and tokens, shared by the funnel, the store and recall.
 
-Chinese has no spaces, so tokens are words for Latin script (case-folded, light
-stemming) and overlapping character bigrams (plus single characters) for CJK text.
+Chinese has no spaces, so Latin script gives words (case-folded, lightly stemmed) and CJK text
+gives overlapping character bigrams plus single characters.
 """
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ import json
 import unicodedata
 
 import regex
-
-
-def json_utf8(value: object) -> bytes:
-    """``value`` as compact UTF-8 JSON (non-ASCII text as is). A lone surrogate (from a ``\\ud800``
-    escape) has no UTF-8 form: then the text is escaped (ASCII JSON, the same value)."""
-    try:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value, separators=(",", ":")).encode("ascii")
-
 
 _PUNCT = regex.compile(r"[\p{P}\p{S}\s]+")
 _LATIN_WORD = regex.compile(r"[\p{Latin}\p{N}][\p{Latin}\p{N}'’]*")
@@ -41,6 +31,17 @@ HAN_STOP = frozenset("我你他她它的了是在和也都就很吗呢吧啊呀�
 HAN_STOP_BIGRAMS = frozenset(
     "喜欢 不喜 讨厌 一下 什么 怎么 可以 一个 没有 不是 就是 还是 觉得 知道 我们 你们 他们 这个 那个 一些".split()
 )
+# What may follow an apostrophe and still leave the word before it ("John's", "parents'", "we're");
+# "O'Brien" stays one word, and a negation ("don't") says nothing of what a message is about.
+_CLITICS = frozenset({"s", "re", "ve", "ll", "d", "m", ""})
+
+
+def json_utf8(value: object) -> bytes:
+    """``value`` as compact UTF-8 JSON. A lone surrogate has no UTF-8 form: then ASCII JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode("ascii")
 
 
 def nfkc(text: str) -> str:
@@ -73,29 +74,16 @@ def stem(word: str) -> str:
     return word
 
 
-#: What an English word may end in after an apostrophe and still be the word before it: "John's"
-#: is John, "parents'" parents, "we're" we; "O'Brien" stays one word. A word ending in "'t" is a
-#: negation ("don't", "haven't"), which says nothing of what a message is about: no token.
-_CLITICS = frozenset({"s", "re", "ve", "ll", "d", "m", ""})
-
-
 def _word_token(word: str) -> str | None:
-    """A Latin word's token (stemmed), or None for a stopword or a single letter."""
+    """A Latin word's token (stemmed), or None for a negation, a stopword or a single letter."""
     word = word.replace("’", "'")
-    if "'" in word:
-        base, _, clitic = word.partition("'")
-        if clitic == "t":
-            return None
-        if clitic in _CLITICS:
-            word = base
-    return _stemmed_token(word)
-
-
-def _stemmed_token(word: str) -> str | None:
+    base, apostrophe, clitic = word.partition("'")
+    if apostrophe and clitic == "t":
+        return None
+    if apostrophe and clitic in _CLITICS:
+        word = base
     stemmed = stem(word)
-    if len(word) > 1 and word not in STOPWORDS and stemmed not in STOPWORDS:
-        return stemmed
-    return None
+    return stemmed if len(word) > 1 and word not in STOPWORDS and stemmed not in STOPWORDS else None
 
 
 def tokens(text: str) -> frozenset[str]:
@@ -109,20 +97,6 @@ def tokens(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def apostrophe_tokens(text: str) -> frozenset[str]:
-    """The tokens that the words of ``text`` with an apostrophe had before the clitic was split
-    off (``john'`` for "John's", ``don't``): forget markers hold hashed tokens, and one made then
-    must still match what it named. Empty for a text with no apostrophe."""
-    folded = nfkc(text).casefold()  # (a full-width apostrophe is one after NFKC)
-    if "'" not in folded and "’" not in folded:
-        return frozenset()
-    words = _LATIN_WORD.findall(folded)
-    out = {_stemmed_token(w.replace("’", "'")) for w in words if "'" in w or "’" in w}
-    out.discard(None)
-    return frozenset(out)
-
-
 def stable_id(*parts: object) -> str:
     """A short stable hash of the parts: the same inputs always give the same id."""
-    digest = hashlib.sha1("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()
-    return digest[:24]
+    return hashlib.sha1("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()[:24]

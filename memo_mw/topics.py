@@ -1,12 +1,9 @@
 """Topic tags from the rules' lexicons: what a memory or a message is about.
 
-"What should I cook for lunch?" and "doesn't eat pork" share no word, but both are about
-``food``; "周末去哪儿玩" and "喜欢徒步" are both about ``travel``/``sport``. Recall counts a
-shared topic as relevance (see :func:`memo_mw.recall.score`).
-
-A lexicon entry in Chinese matches anywhere in the text; an English word matches as a word,
-plurals and simple verb forms included (the same light stemming as recall's tokens); an
-English phrase matches as a phrase.
+"What should I cook for lunch?" and "doesn't eat pork" share no word, but both are about ``food``,
+and recall counts a shared topic as relevance (:func:`memo_mw.recall.score`). A Chinese entry
+matches anywhere in the text; an English word matches as a word, with the stemming of
+:func:`memo_mw.text.tokens`; an English phrase matches as a run of whole words.
 """
 
 from __future__ import annotations
@@ -23,36 +20,23 @@ class TopicTagger:
 
     def __init__(self, lexicons: dict[str, tuple[str, ...]]):
         self._by_stem: dict[str, set[str]] = {}
-        phrases: dict[str, set[str]] = {}
-        for topic, words in lexicons.items():
-            for word in words:
-                if word.isascii() and " " not in word:
-                    self._by_stem.setdefault(stem(word), set()).add(topic)
-                else:
-                    phrases.setdefault(word, set()).add(topic)
-        self._phrase_topics = {phrase: frozenset(topics) for phrase, topics in phrases.items()}
-        # English phrases match as a run of whole words ("ice cream": ("ice", "cream")), looked up
-        # by their first word, longest first; others (Chinese) as substrings, longest first at each
-        # place, so "乌龙茶" wins over "茶" where both are listed.
-        self._word_phrases: dict[str, list[tuple[tuple[str, ...], frozenset[str]]]] = {}
-        self._substrings: dict[str, frozenset[str]] = {}
-        for phrase, topics in phrases.items():
-            folded = nfkc(phrase).casefold()
-            if phrase.isascii():
-                words = tuple(_WORDS.findall(folded))
-                if words:
-                    self._word_phrases.setdefault(words[0], []).append((words, frozenset(topics)))
-            else:
-                self._substrings[folded] = frozenset(topics) | self._substrings.get(folded, frozenset())
-        for entries in self._word_phrases.values():
-            entries.sort(key=lambda entry: len(entry[0]), reverse=True)
-        self._lengths = sorted({len(p) for p in self._substrings}, reverse=True)
-
-    def lexicon(self) -> tuple[dict[str, frozenset[str]], dict[str, frozenset[str]]]:
-        """The lexicons as this tagger reads them: each English word's stem with its topics, and
-        every other entry (a phrase, a Chinese word) as written with its topics (memo_mw.index
-        turns them into index terms). New dicts: changing them changes nothing here."""
-        return ({stem_: frozenset(topics) for stem_, topics in self._by_stem.items()}, dict(self._phrase_topics))
+        self._substrings: dict[str, set[str]] = {}  # Chinese entries, found anywhere in the text
+        phrases: dict[tuple[str, ...], set[str]] = {}
+        for topic, entries in lexicons.items():
+            for entry in entries:
+                folded = nfkc(entry).casefold()
+                if entry.isascii() and " " not in entry:
+                    self._by_stem.setdefault(stem(entry), set()).add(topic)
+                elif not entry.isascii():
+                    self._substrings.setdefault(folded, set()).add(topic)
+                elif words := tuple(_WORDS.findall(folded)):
+                    phrases.setdefault(words, set()).add(topic)
+        # English phrases by their first word, and (like the Chinese entries) the longest first,
+        # so that "乌龙茶" wins over "茶" where both are listed.
+        self._word_phrases: dict[str, list[tuple[tuple[str, ...], set[str]]]] = {}
+        for words, topics in sorted(phrases.items(), key=lambda item: len(item[0]), reverse=True):
+            self._word_phrases.setdefault(words[0], []).append((words, topics))
+        self._lengths = sorted({len(s) for s in self._substrings}, reverse=True)
 
     def tag(self, text: str) -> frozenset[str]:
         """The topics of ``text``."""
@@ -81,14 +65,10 @@ class TopicTagger:
 
     def _substrings_in(self, folded: str) -> set[str]:
         found: set[str] = set()
-        i, end = 0, len(folded)
-        while i < end:
-            for length in self._lengths:
-                topics = self._substrings.get(folded[i:i + length]) if i + length <= end else None
-                if topics is not None:
-                    found |= topics
-                    i += length
-                    break
-            else:
-                i += 1
+        i = 0
+        while i < len(folded):
+            length = next((n for n in self._lengths
+                           if i + n <= len(folded) and folded[i:i + n] in self._substrings), 0)
+            found.update(self._substrings.get(folded[i:i + length], ()))
+            i += length or 1
         return found

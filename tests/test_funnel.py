@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-import pytest
-
-from memo_mw.funnel import Funnel, third_person
+from memo_mw.funnel import Funnel
 from memo_mw.rules import load_rules
 
 
@@ -106,16 +104,6 @@ def test_catastrophic_pattern_is_bounded_and_logged(tmp_path, caplog):
     assert "timed out" in caplog.text and "en.yaml" in caplog.text
 
 
-@pytest.mark.parametrize("phrase, expected", [
-    ("run at 6am", "runs at 6am"), ("go hiking", "goes hiking"), ("study late", "studies late"),
-    ("watch films", "watches films"), ("focus on work", "focuses on work"), ("have tea", "has tea"),
-    ("play chess", "plays chess"), ("wanted to go", "wanted to go"), ("need coffee", "needs coffee"),
-    ("does yoga", "does yoga"), ("6am runs", "6am runs"),
-])
-def test_third_person(phrase, expected):
-    assert third_person(phrase) == expected
-
-
 def test_line_breaks_end_sentences(tmp_path):
     result = funnel_of(tmp_path, en=EN).process("I like jazz\nI like   rain")
     assert [c.content for c in result.candidates] == ["likes jazz", "likes rain"]
@@ -150,7 +138,6 @@ def test_key_prefixes_put_a_thing_in_one_slot(tmp_path):
     assert [(c.key, c.content) for c in keys] == [
         ("咖啡", "喜欢喝咖啡"), ("咖啡", "不喝咖啡"), ("coffee", "likes drinking coffee"),
         ("jazz", "likes listening to jazz"), ("drinkingwater", "likes drinkingwater")]
-
 
 
 def test_a_rule_may_keep_first_person(tmp_path):

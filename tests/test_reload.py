@@ -94,8 +94,6 @@ def test_an_edit_is_used_after_the_interval_without_a_restart(watched, rules_fil
     assert [t.id for t in funnel.rules.triggers] == ["r.like", "r.adore"]
     # The rest of the funnel's interface reads the same, current rules.
     assert funnel.rules is funnel.funnel.rules and funnel.topics is funnel.funnel.topics
-    assert funnel.clean("  I  adore tea ") == "I adore tea"
-    assert funnel.sentences("I adore tea. I like jazz.") == ["I adore tea.", "I like jazz."]
     assert funnel.is_recall_all("what do you remember about me") is False  # (these rules have no such gate)
 
 

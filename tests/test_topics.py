@@ -6,11 +6,10 @@ import textwrap
 
 import pytest
 
-from memo_mw.funnel import Funnel
 from memo_mw.adapters import Turn
+from memo_mw.funnel import Funnel
 from memo_mw.middleware import remember_payload
-from memo_mw.recall import Recaller
-from memo_mw.recall import RecallConfig, score
+from memo_mw.recall import RecallConfig, Recaller, score
 from memo_mw.rules import check_rules, load_rules
 from memo_mw.store import Store
 from memo_mw.topics import TopicTagger
@@ -97,14 +96,3 @@ def test_bad_topics_are_reported(tmp_path):
     problems = check_rules([str(path)])
     assert any("topic 'food' must be a list of non-empty strings" in p for p in problems)
     assert any("topic 'travel' must be a list of non-empty strings" in p for p in problems)
-
-
-def test_the_lexicon_as_read_is_public_and_a_copy():
-    from memo_mw.topics import TopicTagger
-
-    tagger = TopicTagger({"food": ("noodles", "ice cream", "火锅"), "music": ("jazz",)})
-    by_stem, phrases = tagger.lexicon()
-    assert by_stem == {"noodle": {"food"}, "jazz": {"music"}}
-    assert phrases == {"ice cream": {"food"}, "火锅": {"food"}}
-    by_stem["noodle"] = frozenset({"music"})
-    assert tagger.tag("noodles tonight?") == {"food"}  # the tagger's own lexicon is untouched
