@@ -8,11 +8,11 @@ under gunicorn (2 gthread workers), and `memo-mw worker`. While the load generat
 threads x requests messages (about 30 % of them statements the rules capture, each naming
 a word no other message uses), a fault loop, in turn:
 
-- stops Redis for 3 s, then starts it again (the web process spools to its outbox);
+- stops Redis for 3 s, then starts it again (the web processes spool to `<db>.spool`);
 - SIGKILLs the worker and its work horse mid-job, then starts a new worker;
 - holds SQLite's write lock for 7 s (longer than the 5 s busy timeout: jobs fail and retry);
 
-then waits for the outbox and the queue to empty (retries included) and compares what is
+then waits for the spool and the queue to empty (retries included) and compares what is
 stored with what the messages said. Prints faults, requests by status, and memories
 expected / stored / missing / doubled / under the wrong user. Exit status 1 if any request
 failed or any memory is missing, doubled or misplaced.
@@ -33,20 +33,43 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Run as a script, bench/ is first on the path, and bench/http.py would hide the standard library's http.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
 from rq import Queue  # noqa: E402
+from rq.job import Job  # noqa: E402
+from rq.registry import StartedJobRegistry  # noqa: E402
+from rq.serializers import JSONSerializer  # noqa: E402
 
 from memo_mw import defaults  # noqa: E402
+from memo_mw.spool import Spool  # noqa: E402
 from memo_mw.store import check_writable  # noqa: E402
 from tests.loadgen import expected_memories, gunicorn, plan, run_load, stored_memories  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
 
 
-def start_worker(url: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "memo_mw", "worker", "--url", url], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+def start_worker(url: str, folder: str) -> subprocess.Popen:
+    """`memo-mw worker`, its log appended to worker.log in the run's folder."""
+    with open(os.path.join(folder, "worker.log"), "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "memo_mw", "worker", "--url", url], cwd=ROOT,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop_worker(worker: subprocess.Popen) -> None:
+    """SIGTERM (a warm shutdown), then SIGKILL: rq 3.0's shutdown may wait out its command
+    channel's 60 s poll."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 20)):
+        try:
+            os.killpg(worker.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            worker.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def main() -> int:
@@ -62,7 +85,7 @@ def main() -> int:
     check_writable(db)
     server = RedisServer(folder, appendonly=True)
     server.start()
-    worker = [start_worker(server.url)]
+    worker = [start_worker(server.url, folder)]
     work = plan(args.threads, args.requests, args.users)
     faults: list[str] = []
     done = threading.Event()
@@ -70,6 +93,9 @@ def main() -> int:
     def inject() -> None:
         cycle = 0
         while not done.wait(2.0):
+            if worker[0].poll() is not None:  # a supervisor's job: a worker that stopped is started again
+                faults.append(f"{time.strftime('%X')} the worker had exited ({worker[0].returncode}); restarted")
+                worker[0] = start_worker(server.url, folder)
             kind = cycle % 3
             cycle += 1
             if kind == 0:
@@ -81,7 +107,7 @@ def main() -> int:
                 os.killpg(worker[0].pid, signal.SIGKILL)
                 worker[0].wait()
                 faults.append(f"{time.strftime('%X')} worker SIGKILLed (with its work horse); a new one started")
-                worker[0] = start_worker(server.url)
+                worker[0] = start_worker(server.url, folder)
             else:
                 holder = sqlite3.connect(db, isolation_level=None)
                 holder.execute("BEGIN IMMEDIATE")
@@ -97,19 +123,22 @@ def main() -> int:
             result = run_load(web.port, work)
             done.set()
             chaos.join()
-            # Let the web processes' outbox threads send what they spooled.
-            outbox = db + ".outbox"
+            # Let the web processes' spool threads send what waited for Redis.
+            spool = Spool(db + ".spool")
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                with sqlite3.connect(outbox) as conn:
-                    if conn.execute("select count(*) from outbox").fetchone()[0] == 0:
-                        break
+            while time.monotonic() < deadline and len(spool):
                 time.sleep(0.5)
+            spooled_left = len(spool)
         # The worker finishes the queue; retries of jobs that met the lock, or whose worker
         # died, come back from rq's scheduler (and from abandoned-job cleanup, moved forward).
         connection = redis.Redis.from_url(server.url)
-        queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=defaults.SERIALIZER)
-        from rq.registry import StartedJobRegistry
+        queue = Queue(defaults.QUEUE_NAME, connection=connection, serializer=JSONSerializer)
+
+        def intermediate() -> int:
+            # Ids of jobs that finished (and were deleted, result_ttl 0) linger there until a
+            # worker's maintenance round; only jobs that still exist are waiting.
+            ids = queue.intermediate_queue.get_job_ids()
+            return sum(job is not None for job in Job.fetch_many(ids, connection=connection, serializer=JSONSerializer))
 
         deadline = time.monotonic() + 400
         while time.monotonic() < deadline:
@@ -117,19 +146,21 @@ def main() -> int:
             # A job taken by a worker killed before it was registered as started waits in rq's
             # intermediate queue; the worker's maintenance retries it after a minute or two.
             waiting = (queue.count + queue.scheduled_job_registry.count + StartedJobRegistry(queue=queue).count
-                       + len(queue.intermediate_queue.get_job_ids()))
+                       + intermediate())
             if waiting == 0:
                 break
+            if worker[0].poll() is not None:
+                faults.append(f"{time.strftime('%X')} the worker had exited ({worker[0].returncode}); restarted")
+                worker[0] = start_worker(server.url, folder)
             time.sleep(1.0)
         left_waiting = {"queued": queue.count, "scheduled": queue.scheduled_job_registry.count,
                         "started": StartedJobRegistry(queue=queue).count,
-                        "intermediate": len(queue.intermediate_queue.get_job_ids())}
+                        "intermediate": intermediate(), "spool": spooled_left}
         failed_jobs = queue.failed_job_registry.count
         connection.close()
     finally:
         done.set()
-        os.killpg(worker[0].pid, signal.SIGTERM)
-        worker[0].wait(timeout=60)
+        stop_worker(worker[0])
         server.stop()
 
     expected = expected_memories(work)
