@@ -237,8 +237,7 @@ def memory_payload(user: object, mem_id: str, memory: dict, lang: str) -> dict:
 
 
 def recall_eval(lang: str, mode: str, folder: Path, funnel, now_day: str | None = None) -> dict:
-    from memo_mw.pipeline import Recaller
-    from memo_mw.recall import RecallConfig
+    from memo_mw.recall import RecallConfig, Recaller
     from memo_mw.store import Store
 
     memories = madial_memories(lang)
@@ -261,10 +260,9 @@ def recall_eval(lang: str, mode: str, folder: Path, funnel, now_day: str | None 
         with Store(db) as store:
             for mem_id in by_user[user]:
                 store.remember(memory_payload(user, mem_id, memories[mem_id], lang))
-            rows_per_user[user] = len(store.memories(user))
-        recaller = Recaller(str(db), funnel, config)
+            rows_per_user[user] = len(store.list(user))
         for name, cfg in (("memo-mw", config), ("memo-mw relevance only", relevance_only)):
-            got = recaller.recall(user, q["query"], now=now, config=cfg)
+            got = Recaller(str(db), funnel, cfg).recall(user, q["query"], now=now)
             ranked[name].append([list(m["source_ids"]) for m in got])
         ranked["BM25"].append([by_user[user][i] for i in bm25[user].rank(q["query"])][:max(KS)])
     out = {"now": time.strftime("%Y-%m-%d", time.gmtime(now)), "dialogues": len(queries), "memories": len(memories), "users": len(by_user),
