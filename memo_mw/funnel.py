@@ -61,7 +61,6 @@ def _applies(rule_file: RuleFile, text: str) -> bool:
 @dataclass(slots=True)
 class Candidate:
     """One memory the funnel wants stored: plain values only, so it travels as JSON."""
-
     type: str
     key: str
     polarity: int
@@ -80,7 +79,6 @@ class Candidate:
 @dataclass(slots=True, frozen=True)
 class FunnelResult:
     """Where a message stopped, what it produced, and the trace through each gate."""
-
     stage: str
     candidates: tuple[Candidate, ...] = ()
     forget_scope: str | None = None

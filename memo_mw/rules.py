@@ -45,7 +45,6 @@ GATE_KEYS = frozenset({"id", "pattern", "reason", "scope", "examples"})
 @dataclass(frozen=True)
 class Trigger:
     """A pattern that captures something worth remembering about the user."""
-
     id: str
     pattern: regex.Pattern
     type: str
@@ -66,7 +65,6 @@ class Trigger:
 @dataclass(frozen=True)
 class Gate:
     """A pattern that stops a sentence (negative), or recognises a forget or recall-all request."""
-
     id: str
     pattern: regex.Pattern
     reason: str
@@ -78,7 +76,6 @@ class Gate:
 @dataclass
 class RuleFile:
     """The rules of one file, compiled."""
-
     path: str
     language: str
     max_length: int
@@ -98,7 +95,6 @@ class RuleFile:
 @dataclass
 class RuleSet:
     """All loaded rule files, in order. The first file whose trigger matches a sentence wins."""
-
     files: list[RuleFile]
     paths: list[str]
 

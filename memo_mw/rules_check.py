@@ -21,21 +21,18 @@ def template_fields(summary: Any, key: Any, pattern: regex.Pattern | None, rule_
                     report: Reporter) -> tuple[str, ...] | None:
     """The groups a trigger's summary uses (each must capture something); None, reported, when
     the summary or key template is not one, or uses a group the pattern does not have."""
-    summary_fields: tuple[str, ...] | None = ()
+    used, ok = {}, True
     for name, template in (("summary", summary), ("key", key)):
         if not isinstance(template, str) or not template.strip():
             report(node, rule_id, f"{name} must be a non-empty template string", key=name)
-            summary_fields = None
+            ok = False
         elif pattern is not None:
-            fields = _fields(template, name, rule_id, node, report)
-            if name == "summary" and summary_fields is not None:
-                summary_fields = tuple(fields)
-            for field_name in fields:
-                if field_name not in pattern.groupindex:
-                    report(node, rule_id, f"{name} uses {{{field_name}}} but the pattern has no group "
-                           f"(?P<{field_name}>...)", key=name)
-                    summary_fields = None
-    return summary_fields
+            used[name] = _fields(template, name, rule_id, node, report)
+            for field_name in [f for f in used[name] if f not in pattern.groupindex]:
+                report(node, rule_id, f"{name} uses {{{field_name}}} but the pattern has no group "
+                       f"(?P<{field_name}>...)", key=name)
+                ok = False
+    return tuple(used.get("summary", ())) if ok else None
 
 
 def _fields(template: str, name: str, rule_id: str, node: dict, report: Reporter) -> list[str]:
@@ -55,16 +52,10 @@ def read_examples(node: dict, rule_id: str, report: Reporter) -> Examples:
     value = node.get("examples")
     if value is None:
         return None
-    lists = {}
-    if isinstance(value, dict):
-        for name in ("match", "no_match"):
-            items = value.get(name) or []
-            if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
-                break
-            lists[name] = tuple(items)
-        else:
-            if not set(value) - META_KEYS - {"match", "no_match"}:
-                return lists["match"], lists["no_match"], node.get("__line__")
+    lists = [value.get(name) or [] for name in ("match", "no_match")] if isinstance(value, dict) else None
+    if lists and not set(value) - META_KEYS - {"match", "no_match"} and all(
+            isinstance(items, list) and all(isinstance(i, str) for i in items) for items in lists):
+        return tuple(lists[0]), tuple(lists[1]), node.get("__line__")
     report(node, rule_id, "examples must be {match: [sentences], no_match: [sentences]}", key="examples")
     return None
 
