@@ -212,13 +212,14 @@ class MemoryMiddleware:
             log.exception("memo-mw: capture funnel failed; recalling without capture")
             result = None
         forget = result is not None and result.stage == "forget"
+        analysis = self.funnel.topics.analyse(turn.message)  # (tokens, topics): for the counts and recall
         if result is not None and result.stage not in ("forget", "sensitive"):
             # A message in a sensitive category leaves nothing, not even a count on its topics.
-            self._count_topics(user_id, turn.message, now)
+            self._count_topics(user_id, turn.message, analysis[1], now)
         state = self._user_state(user_id)
         if forget:
             state = self._note_forget(user_id, forget_marker(result.forget_match, ts, now), state)
-        new_raw = self._inject(environ, body, turn, user_id, state, result, now)
+        new_raw = self._inject(environ, body, turn, user_id, state, result, now, analysis)
         if forget:
             self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request", now], user_id,
                           job_id="memo-forget-" + stable_id(user_id, result.forget_match or "", int(ts)))
@@ -228,10 +229,10 @@ class MemoryMiddleware:
         return new_raw
 
     def _inject(self, environ: dict, body: Any, turn: Turn, user_id: str, state: UserState, result: Any,
-                now: float) -> bytes | None:
+                now: float, analysis: tuple) -> bytes | None:
         """Recall for the message and put the block in the body; the new body, or None."""
         try:
-            memories = self.recaller.recall(user_id, turn.message, now=now, state=state,
+            memories = self.recaller.recall(user_id, turn.message, now=now, state=state, analysis=analysis,
                                             recall_all=result.recall_all if result is not None else None)
             profile = self.recaller.profile(user_id, state)
         except Exception:  # e.g. the database became unreadable: no memories, the capture still goes
@@ -255,10 +256,10 @@ class MemoryMiddleware:
             self._call_state("add_shown", user_id, asked)
         return new_raw
 
-    def _count_topics(self, user_id: str, message: str, now: float) -> None:
+    def _count_topics(self, user_id: str, message: str, topics: frozenset[str], now: float) -> None:
         """Note the message's topics for the weekly insights (names and counts, never text)."""
         week = counters.week_of(now)
-        names = counters.count_keys(self.funnel.topics.tag(message), message)
+        names = counters.count_keys(topics, message)
         with self._counts_lock:
             counts = self._counts.setdefault(user_id, {})
             for name in names:

@@ -134,12 +134,14 @@ class Recaller:
             raise
 
     def recall(self, user_id: str, message: str, *, now: float | None = None, state: UserState = EMPTY,
-               recall_all: bool | None = None) -> list[dict[str, Any]]:
-        """Top memories for the message, stored and pending, as this request may see them."""
+               recall_all: bool | None = None, analysis: tuple[frozenset[str], frozenset[str]] | None = None
+               ) -> list[dict[str, Any]]:
+        """Top memories for the message, stored and pending, as this request may see them.
+        ``analysis``: the message's ``funnel.topics.analyse()``, when the caller has it already."""
         now = time.time() if now is None else now
         if recall_all is None:
             recall_all = self.funnel.is_recall_all(message)
-        query_tokens, query_topics = self.funnel.topics.analyse(message)
+        query_tokens, query_topics = analysis or self.funnel.topics.analyse(message)
         with self.store() as store:
             words = set(query_tokens) | {f"topic:{t}" for t in query_topics}
             candidates = store.search(user_id, words, everything=recall_all)
