@@ -1,46 +1,13 @@
-"""See, correct and delete what is remembered: a Flask blueprint with a JSON API and a web page.
+"""See, correct and delete what is remembered: a Flask blueprint with a JSON API and a web page::
 
-::
-
-    from memo_mw.admin import blueprint_for
-    app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db="var/memo.db", get_user=...)
     app.register_blueprint(blueprint_for(middleware, admin_token=os.environ.get("MEMO_ADMIN_TOKEN")))
 
-(the Flask extension :class:`memo_mw.Memo` does this itself). Routes, under ``url_prefix``
-(``/memo`` by default):
-
-=======================================  ==================================================
-``GET /memo/``                           the web page: the user's insights, and memories by type
-``GET /memo/api/insights``               the user's insights (read-only; made weekly)
-``GET /memo/api/memories``               the user's memories; filters ``type``, ``status``, ``q``
-``GET /memo/api/memories/<id>``          one memory
-``PATCH /memo/api/memories/<id>``        ``{"content": "..."}``: edit its line
-``DELETE /memo/api/memories/<id>``       delete it
-``DELETE /memo/api/memories``            forget me: delete every memory, insight and topic count of the user
-``GET /memo/api/export``                 a JSON download of everything stored about the user (insights,
-                                         topic counts and the memories still waiting for their job included)
-=======================================  ==================================================
-
-Who the user is comes from the same place as in the middleware: ``get_user(environ, None)``
-when a ``get_user`` callable is configured, else the ``X-User-Id`` header (behind a proxy
-that sets it). Nothing in the query string or the body names a user, except with the admin
-token (``Authorization: Bearer <token>``), which acts for ``?user=<id>``. No identity: 401;
-``?user=`` with a wrong token: 401, without a bearer token: 403. A memory of another user is a
-404, the same as an id that does not exist. Without ``?user=``, an ``Authorization`` header is
-the app's business (a Basic login in front of it, a bearer token its ``get_user`` reads).
-
-Changes (``PATCH``, ``DELETE``) must come with a JSON ``Content-Type``, an ``X-Requested-With``
-header or a bearer token: a cross-site form cannot send any of them, so another site cannot
-make a signed-in browser delete anything. Every response is ``Cache-Control: no-store``;
-the page allows only its own inline script and style (a nonce) and no framing.
-
-The routes write SQLite from the web process (they are rare and asked for by the user; the
-write lock is taken up front, so they wait for the worker rather than fail). A deletion also
-leaves a marker in the user's state (:mod:`memo_mw.state`) that takes what it names out of the
-pending memories and of the capture jobs still waiting (in Redis and in its spool; in embedded
-mode the job thread first runs what it holds), so a deleted memory does not come back when a
-queued job runs. After an edit, statements on the edited slot read before it leave the pending
-memories, and the store no longer stores them.
+Under ``/memo``: the page; ``api/insights``; ``api/memories`` (``GET`` with filters ``type``, ``status``,
+``q``; ``DELETE``: forget me); ``api/memories/<id>`` (``GET``, ``PATCH {"content": ...}``, ``DELETE``);
+``api/export``. The user is the middleware's; only the admin token (``Authorization: Bearer``) may act
+for ``?user=<id>``; another user's memory is a 404. Changes need a JSON body, an ``X-Requested-With``
+header or a bearer token, which a cross-site form cannot send. A deletion also reaches what waits for
+a job (:func:`memo_mw.userdata.forget_waiting`), so a queued job does not bring deleted text back.
 """
 
 from __future__ import annotations
@@ -83,42 +50,24 @@ class _Denied(Exception):
         self.status, self.message = status, message
 
 
-def _templates() -> jinja2.Environment:
-    """The page's own template environment, not the app's: an app template of the same name
-    cannot replace it."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True)
-    env.filters["day"] = lambda ts: time.strftime("%Y-%m-%d", time.gmtime(ts or 0))
-    env.filters["iso"] = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts or 0))
-    env.globals["titles"] = {"style": "How to answer", "preference": "Likes and dislikes",
-                             "fact": "Facts about you", "task": "Tasks and reminders", "commitment": "Promises"}
-    env.globals["status_labels"] = {"pending_confirm": "expired: still true?",
-                                    "superseded": "replaced by a newer one"}
-    return env
-
-
 class Admin:
     """The settings the routes share; see :func:`create_blueprint`."""
 
     def __init__(self, db: str, *, user_header_key: str, get_user: GetUser | None, admin_token: str | None,
                  queue: RedisQueue | LocalQueue | None, funnel: Any, clock: Callable[[], float]):
-        self.db = db
-        self.user_header_key = user_header_key
-        self.get_user = get_user
+        self.db, self.user_header_key, self.get_user, self.queue = db, user_header_key, get_user, queue
         self.admin_token = _checked_token(admin_token)
-        self.queue = queue
-        # The funnel's rules at the time of the request (they may be reloaded): its sensitive
-        # gates refuse an edit, its topic lexicons tag one.
-        self.funnel = funnel
-        self.clock = clock
-        self.templates = _templates()
+        # The funnel, not its rules: they may be reloaded. Its sensitive gates refuse an edit,
+        # its topic lexicons tag one.
+        self.funnel, self.clock = funnel, clock
+        # The page's own templates, not the app's: an app template of the same name cannot replace them.
+        self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                                            autoescape=True)
+        self.templates.filters["iso"] = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts or 0))
 
     def user(self) -> tuple[str, bool]:
-        """(the user the request acts for, whether by the admin token); raises _Denied.
-
-        Only a request naming ``?user=`` is an admin request: an ``Authorization`` header
-        without it is left to the app (a Basic login in front, a bearer token its own
-        ``get_user`` reads), and the request acts for its own identity.
-        """
+        """(the user the request acts for, whether by the admin token); raises _Denied. Without
+        ``?user=``, an ``Authorization`` header is the app's: the request acts for its own identity."""
         if "user" in request.args:
             token = _bearer(request.headers.get("Authorization", ""))
             if token is None:
@@ -129,28 +78,15 @@ class Admin:
             if user is None:
                 raise _Denied(400, "?user= must name a user")
             return user, True
-        user = self._own_identity(request.environ)
+        try:
+            user = (header_user(request.environ, self.user_header_key) if self.get_user is None
+                    else clean_id(self.get_user(request.environ, None)))
+        except Exception:
+            log.exception("memo-mw: get_user failed; the request has no identity")
+            user = None
         if user is None:
             raise _Denied(401, "no user identity on this request")
         return user, False
-
-    def _own_identity(self, environ: dict) -> str | None:
-        if self.get_user is not None:
-            try:
-                return clean_id(self.get_user(environ, None))
-            except Exception:
-                log.exception("memo-mw: get_user failed; the request has no identity")
-                return None
-        header = environ.get(self.user_header_key)
-        if isinstance(header, str):
-            try:  # WSGI hands headers over as latin-1; the middleware reads them as UTF-8 too
-                header = header.encode("latin-1").decode("utf-8")
-            except UnicodeError:
-                pass
-        return clean_id(header)
-
-    def store(self) -> Store:
-        return Store(self.db)
 
     def sensitive_gate(self, text: str) -> str | None:
         """The id of the first sensitive gate the text hits (a category never stored), or None."""
@@ -161,6 +97,17 @@ class Admin:
             except TimeoutError:
                 return gate.id  # cannot tell: refuse rather than store it
         return None
+
+
+def header_user(environ: dict, key: str) -> str | None:
+    """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None."""
+    header = environ.get(key)
+    if isinstance(header, str):
+        try:  # WSGI hands headers over as latin-1; the middleware reads them as UTF-8 too
+            header = header.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            pass
+    return clean_id(header)
 
 
 def _bearer(authorization: str) -> str | None:
@@ -182,19 +129,9 @@ def create_blueprint(db: str, *, url_prefix: str = "/memo", user_header: str = d
                      redis_url: str | None = None, queue: RedisQueue | LocalQueue | None = None,
                      queue_name: str = defaults.QUEUE_NAME, rules: Any = None,
                      clock: Callable[[], float] = time.time, name: str = "memo_admin") -> Blueprint:
-    """The blueprint for the memories in ``db``, mounted apart from a middleware (another process).
-
-    :param url_prefix: where it is mounted.
-    :param user_header: the header holding the user id (as in the middleware).
-    :param get_user: ``get_user(environ, None) -> user id or None``; when given, the only
-        identity source (a session cookie, an auth proxy), as in the middleware.
-    :param admin_token: the token (at least 16 characters) that may act for ``?user=``;
-        ``None``: no one may.
-    :param redis_url: the middleware's Redis (and ``queue_name``), so deletions reach the user's
-        waiting jobs; or ``queue``, the middleware's queue itself. Neither: SQLite only.
-    :param rules: the rules whose sensitive gates refuse an edit and whose topic lexicons
-        tag it (``None``: the shipped rules).
-    """
+    """The blueprint for the memories in ``db`` apart from a middleware (another process): the other
+    arguments as the middleware's, so deletions reach its waiting jobs; ``admin_token``, 16+ characters,
+    may act for ``?user=`` (None: no one may)."""
     db = str(Path(db).resolve())
     if queue is None and redis_url:  # the middleware's own spool file: several processes may share it
         queue = make_queue(redis_url, name=queue_name, spool=db + ".spool")
@@ -222,8 +159,6 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
     return bp
 
 
-# -- around every route ------------------------------------------------------------------
-
 def _denied(exc: _Denied) -> Response:
     response = jsonify(error=exc.message)
     response.status_code = exc.status
@@ -248,17 +183,20 @@ def _no_store(response: Response) -> Response:
     return response
 
 
-def _memory_id(text: str) -> int:
-    if not _DIGITS.fullmatch(text):
+def _memory(admin: Admin, user: str, memory_id: str) -> dict[str, Any]:
+    """The user's memory of that id; 404 for another user's, as for one that does not exist."""
+    found = None
+    if _DIGITS.fullmatch(memory_id):
+        with Store(admin.db) as store:
+            found = store.get(user, int(memory_id))
+    if found is None:
         raise _Denied(404, "no such memory")
-    return int(text)
+    return found
 
 
 def _reason(by_admin: bool) -> str:
     return "admin token" if by_admin else "user, memo page or API"
 
-
-# -- the routes ------------------------------------------------------------------------
 
 def page(admin: Admin) -> Response:
     try:
@@ -269,7 +207,7 @@ def page(admin: Admin) -> Response:
                "q": (request.args.get("q") or "").strip() or None}
     if filters["type"] not in (None, *userdata.TYPES) or filters["status"] not in (None, *userdata.STATUSES):
         filters["type"] = filters["status"] = None
-    with admin.store() as store:
+    with Store(admin.db) as store:
         found = userdata.memories(store, user, **filters)
         total = len(found) if not any(filters.values()) else len(userdata.memories(store, user))
         insights = profile.read(store, user)
@@ -289,23 +227,19 @@ def list_memories(admin: Admin) -> Response:
             if value not in allowed:
                 raise _Denied(400, f"{field} must be one of {', '.join(allowed)}")
             filters[field] = value
-    with admin.store() as store:
+    with Store(admin.db) as store:
         found = userdata.memories(store, user, q=request.args.get("q"), **filters)
     return jsonify(user_id=user, count=len(found), memories=found)
 
 
 def get_memory(admin: Admin, memory_id: str) -> Response:
     user, _ = admin.user()
-    with admin.store() as store:
-        found = store.get(user, _memory_id(memory_id))
-    if found is None:
-        raise _Denied(404, "no such memory")
-    return jsonify(memory=found)
+    return jsonify(memory=_memory(admin, user, memory_id))
 
 
 def edit_memory(admin: Admin, memory_id: str) -> Response:
     user, by_admin = admin.user()
-    number = _memory_id(memory_id)
+    before = _memory(admin, user, memory_id)
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or set(body) != {"content"}:
         raise _Denied(400, 'send a JSON object {"content": "the new line"} and nothing else')
@@ -319,12 +253,11 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
     if gate is not None:  # the store never keeps these categories; an edit cannot add one
         raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
-    with admin.store() as store:
-        before = store.get(user, number)
-        done = userdata.edit(store, user, number, content, at=at, reason=_reason(by_admin),
+    with Store(admin.db) as store:
+        done = userdata.edit(store, user, before["id"], content, at=at, reason=_reason(by_admin),
                              topics=sorted(admin.funnel.topics.tag(cleaned)))
-    if done is None or before is None:
-        raise _Denied(404, "no such memory")
+    if done is None:
+        raise _Denied(404, "no such memory")  # deleted meanwhile
     outcome, found = done
     if outcome != "unchanged":
         userdata.drop_pending_slot(admin.queue, user, before["key"], at)
@@ -333,38 +266,34 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
 
 def delete_memory(admin: Admin, memory_id: str) -> Response:
     user, by_admin = admin.user()
-    number = _memory_id(memory_id)
-    with admin.store() as store:
-        found = store.get(user, number)
-    if found is None:
-        raise _Denied(404, "no such memory")
+    found = _memory(admin, user, memory_id)
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     reached = userdata.forget_waiting(admin.queue, user, found["content"], int(at), at)
-    with admin.store() as store:
-        if userdata.delete(store, user, number, ts=int(at), reason=_reason(by_admin)) is None:
+    with Store(admin.db) as store:
+        if userdata.delete(store, user, found["id"], ts=int(at), reason=_reason(by_admin)) is None:
             raise _Denied(404, "no such memory")  # deleted meanwhile
-    return jsonify(deleted=1, id=number, queue_reached=reached)
+    return jsonify(deleted=1, id=found["id"], queue_reached=reached)
 
 
 def forget_me(admin: Admin) -> Response:
     user, by_admin = admin.user()
     at = admin.clock()
     reached = userdata.forget_waiting(admin.queue, user, None, int(at), at)
-    with admin.store() as store:
+    with Store(admin.db) as store:
         count = store.forget(user, ts=int(at), reason=_reason(by_admin), at=at, now=True)
     return jsonify(deleted=count, queue_reached=reached)
 
 
 def list_insights(admin: Admin) -> Response:
     user, _ = admin.user()
-    with admin.store() as store:
+    with Store(admin.db) as store:
         found = profile.read(store, user)
     return jsonify(user_id=user, count=len(found), insights=found)
 
 
 def export(admin: Admin) -> Response:
     user, _ = admin.user()
-    with admin.store() as store:
+    with Store(admin.db) as store:
         data = userdata.export(store, user, now=int(admin.clock()))
     data["pending"] = userdata.pending(admin.queue, user)
     response = jsonify(data)
@@ -386,7 +315,7 @@ _ROUTES = (
 
 
 def _render(admin: Admin, template: str, *, status: int = 200, **context: Any) -> Response:
-    nonce = secrets.token_urlsafe(16)
+    nonce = secrets.token_urlsafe(16)  # the page runs its own inline script and style, nothing else
     html = admin.templates.get_template(template).render(nonce=nonce, **context)
     response = Response(html, status=status, mimetype="text/html")
     response.headers["Content-Security-Policy"] = (

@@ -1,8 +1,5 @@
-"""``memo-mw``: the command line, a thin layer over the library.
-
-Library, database and Redis errors become a one-sentence ``click`` error and exit status 1,
-never a traceback.
-"""
+"""``memo-mw``: the command line, a thin layer over the library. Library, database and Redis
+errors become a one-sentence ``click`` error and exit status 1, never a traceback."""
 
 from __future__ import annotations
 
@@ -20,11 +17,11 @@ from typing import Any
 import click
 import redis
 from rq import Queue, SimpleWorker, Worker
-from rq.serializers import JSONSerializer
 
 from . import counters, defaults, maintenance
 from . import insights as profile
 from .adapters import Turn, clean_id
+from .cron import json_queue
 from .exceptions import MemoError
 from .forgetting import forget_marker
 from .funnel import STAGES, Funnel
@@ -44,8 +41,10 @@ REPLAY_COUNTS = ("lines", "invalid", "not_user", *STAGES, "stored", "merged", "s
 REPLAY_BATCH = 500
 
 
-def _dump(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+def _echo(as_json: bool, value: Any, lines: Iterable[str]) -> None:
+    """Print ``value`` as JSON, or else ``lines``."""
+    for line in [json.dumps(value, ensure_ascii=False)] if as_json else lines:
+        click.echo(line)
 
 
 def _funnel(paths: tuple[str, ...]) -> Funnel:
@@ -75,13 +74,11 @@ def _store(db: str, *, write: bool = False, create: bool = False) -> Iterator[St
 
 
 @contextlib.contextmanager
-def _redis_queue(url: str, name: str) -> Iterator[Any]:
-    """The jobs' rq queue, JSON as the middleware enqueues; Redis failing is a one-line error."""
+def _redis_queue(url: str, name: str) -> Iterator[Queue]:
+    """The jobs' rq queue for the block; Redis failing is a one-line error."""
     try:
-        connection = redis.Redis.from_url(url)
-        connection.ping()  # an unreachable Redis fails now, not at the first job
-        yield Queue(name, connection=connection, serializer=JSONSerializer)
-    except (redis.RedisError, ValueError) as exc:  # ValueError: a URL redis-py cannot read
+        yield json_queue(url, name)
+    except (redis.RedisError, ValueError) as exc:
         raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
 
 
@@ -108,43 +105,32 @@ def main() -> None:
 @click.option("--burst", is_flag=True, help="Quit when the queue is empty.")
 @click.option("--name", default=None, help="Worker name (default: random).")
 @click.option("--db", "dbs", multiple=True, envvar="MEMO_DB",
-              help="Check that this memory database opens and is writable before starting (repeatable; env MEMO_DB).")
-@click.option("--simple", is_flag=True,
-              help="Run jobs in this process (rq's SimpleWorker) instead of a forked child per job: faster, "
-                   "but a job's crash, or Redis failing mid-job, stops the worker.")
+              help="A memory database the jobs use (repeatable; env MEMO_DB): checked before starting, "
+                   "then held open so that each job's own connection is never the last one.")
+@click.option("--simple/--fork", default=True,
+              help="Run jobs in this process (rq's SimpleWorker; the default, several times faster: a fork "
+                   "costs more than a job) or each in a forked child (rq's Worker). A job that crashes the "
+                   "interpreter, or Redis failing mid-job, stops a simple worker (run it under a supervisor); "
+                   "rq retries that job when another worker starts.")
 def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool) -> None:
     """Run an rq worker for memo-mw's jobs, with rq's scheduler so failed jobs are retried.
 
-    Same as: rq worker --url URL --with-scheduler --serializer rq.serializers.JSONSerializer memo
-    (plus a shorter maintenance interval, so the jobs of a worker that died are retried sooner).
+    Same as: rq worker --url URL --with-scheduler --serializer rq.serializers.JSONSerializer
+    --worker-class rq.SimpleWorker memo, with a shorter maintenance interval so that the jobs of a
+    worker that died are retried sooner.
     """
-    for path in dbs:  # the jobs name their database; a bad one given here fails now, not per job
-        try:
-            check_writable(path)
-        except MemoError as exc:
-            raise click.ClickException(str(exc)) from exc
-    with _redis_queue(url, queue_name) as queue:
-        (SimpleWorker if simple else Worker)(
-            [queue], connection=queue.connection, serializer=queue.serializer, name=name,
-            maintenance_interval=defaults.WORKER_MAINTENANCE_INTERVAL).work(burst=burst, with_scheduler=True)
-
-
-def _record(raw: str) -> tuple[dict[str, Any], str | None]:
-    """One JSON-lines line and its user text (None: another role's); ValueError or TypeError: why not."""
-    try:
-        record = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise TypeError("not a JSON object")
-    role, text = record.get("role"), record.get("text", record.get("message"))
-    if role is not None and not isinstance(role, str):
-        raise ValueError(f"role must be a string, not {role!r}")
-    if role not in (None, "user"):
-        return record, None
-    if not isinstance(text, str):
-        raise TypeError('no "text" (or "message") string')
-    return record, text
+    with contextlib.ExitStack() as held:
+        for path in dbs:  # a bad database fails now, not per job
+            try:
+                check_writable(path)
+                # Closing the last connection checkpoints and deletes the WAL, milliseconds a job.
+                held.enter_context(Store(path))
+            except MemoError as exc:
+                raise click.ClickException(str(exc)) from exc
+        with _redis_queue(url, queue_name) as queue:
+            (SimpleWorker if simple else Worker)(
+                [queue], connection=queue.connection, serializer=queue.serializer, name=name,
+                maintenance_interval=defaults.WORKER_MAINTENANCE_INTERVAL).work(burst=burst, with_scheduler=True)
 
 
 def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
@@ -156,11 +142,21 @@ def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
             continue
         counts["lines"] += 1
         try:
-            record, text = _record(raw)
-            if text is None:
+            try:
+                record = json.loads(raw)
+            except ValueError as exc:
+                raise ValueError(f"not JSON ({exc})") from None
+            if not isinstance(record, dict):
+                raise TypeError("not a JSON object")
+            role, text = record.get("role"), record.get("text", record.get("message"))
+            if role is not None and not isinstance(role, str):
+                raise ValueError(f"role must be a string, not {role!r}")
+            if role not in (None, "user"):
                 counts["not_user"] += 1
-                continue
-            yield parse(record, text)
+            elif not isinstance(text, str):
+                raise TypeError('no "text" (or "message") string')
+            else:
+                yield parse(record, text)
         except (ValueError, TypeError) as exc:
             counts["invalid"] += 1
             click.echo(f"line {number}: skipped: {exc}", err=True)
@@ -182,12 +178,11 @@ def _turn(record: dict[str, Any], text: str) -> tuple[str, Turn]:
 @rules_option
 @json_option
 def replay(file, db: str, rules_paths: tuple[str, ...], as_json: bool) -> None:
-    """Run a chat log through the funnel and into the store, synchronously.
+    """Run a chat log through the funnel and into the store, as the middleware and its jobs would.
 
     FILE is JSON lines (- for stdin): {"user", "session", "ts", "text"}, optionally "id" (message id)
-    and "role" (default "user"; other roles are never stored); ts, epoch seconds, is the clock. Each
-    line is remembered as the middleware and its jobs would. Prints where lines stopped, and what the
-    store did with the captured ones.
+    and "role" (default "user"; other roles are never stored); ts, epoch seconds, is the clock.
+    Prints where lines stopped, and what the store did with the captured ones.
     """
     funnel, counts, started = _funnel(rules_paths), collections.Counter(), time.perf_counter()
     with _store(db, write=True, create=True) as store:
@@ -199,7 +194,7 @@ def replay(file, db: str, rules_paths: tuple[str, ...], as_json: bool) -> None:
         if counts["forgotten"]:
             store.vacuum_deleted()  # the deleted rows leave the WAL file too
     result = {k: counts[k] for k in REPLAY_COUNTS} | {"seconds": round(time.perf_counter() - started, 3)}
-    click.echo(_dump(result) if as_json else "\n".join(f"{name:<14}{value:>10}" for name, value in result.items()))
+    _echo(as_json, result, (f"{name:<14}{value:>10}" for name, value in result.items()))
 
 
 def _replay_turn(funnel: Funnel, store: Store, user: str, turn: Turn, counts: collections.Counter) -> None:
@@ -231,12 +226,8 @@ def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> Non
     """List stored memories (active ones unless --all), oldest first."""
     with _store(db) as store:
         rows = store.list(user, include_inactive=include_all)
-    if as_json:
-        click.echo(_dump(rows))
-        return
-    for m in rows:
-        click.echo(f"{m['id']:>6}  {m['user_id']:<16} {m['type']:<11} {m['content']}"
-                   + ("" if m["active"] else f" [{m['status']}]"))
+    _echo(as_json, rows, (f"{m['id']:>6}  {m['user_id']:<16} {m['type']:<11} {m['content']}"
+                          + ("" if m["active"] else f" [{m['status']}]") for m in rows))
 
 
 @main.command()
@@ -259,11 +250,7 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str, k: int, now: float 
     recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
     with _store(db), recaller.store():  # a clear error for a bad --db first; then recall's own connection
         rows = recaller.recall(user, query, now=now, state=UserState(forgets=forgets), recall_all=result.recall_all)
-    if as_json:
-        click.echo(_dump(rows))
-        return
-    for m in rows:
-        click.echo(f"{m['score']:.3f}  {m['content']}  ({m['type']})")
+    _echo(as_json, rows, (f"{m['score']:.3f}  {m['content']}  ({m['type']})" for m in rows))
 
 
 @main.command()
@@ -298,7 +285,7 @@ def maintain(db: str, now: float | None, as_json: bool) -> None:
     """Expire tasks, delete expired ones left unconfirmed, resolve contradictions (the maintain job)."""
     with _store(db, write=True) as store:
         counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
-    click.echo(_dump(counts) if as_json else maintenance.summary(counts))
+    _echo(as_json, counts, [maintenance.summary(counts)])
 
 
 @main.command("insights")
@@ -311,12 +298,8 @@ def insights_command(db: str, user: str | None, now: float | None, as_json: bool
     with _store(db, write=True) as store:
         result = {u: profile.run(store, u, now=profile.now_or(now))
                   for u in ([user] if user is not None else profile.users(store))}
-    if as_json:
-        click.echo(_dump(result[user] if user is not None else result))
-        return
-    for u, lines in result.items():
-        for line in lines:
-            click.echo(f"{u:<16} {line['confidence']:<7} {line['text']}")
+    _echo(as_json, result[user] if user is not None else result,
+          (f"{u:<16} {line['confidence']:<7} {line['text']}" for u, lines in result.items() for line in lines))
 
 
 @main.group()
@@ -327,10 +310,8 @@ def rules() -> None:
 @rules.command("check")
 @click.argument("paths", nargs=-1)
 def rules_check(paths: tuple[str, ...]) -> None:
-    """Validate rule files or folders (default: the shipped ones).
-
-    Lists every problem as file:line: rule id: problem and exits 1 if there is any.
-    """
+    """Validate rule files or folders (default: the shipped ones): every problem as file:line: rule id:
+    problem, and exit status 1 if there is any."""
     problems = check_rules(list(paths) or None)
     if problems:
         click.echo("\n".join(problems), err=True)
@@ -348,10 +329,9 @@ def rules_check(paths: tuple[str, ...]) -> None:
                    "runs every line and prints a summary table.")
 @click.argument("text", required=False)
 def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | None) -> None:
-    """Show which gate passed or stopped TEXT, and the memory it would store.
+    """Show which gate passed or stopped TEXT, and the memory it would store (nothing is stored).
 
-    With --file, run every line of a transcript and count where the lines stopped, what was
-    captured by type, and which rules decided. Nothing is stored.
+    With --file, count where the lines stopped, what was captured by type, and which rules decided.
     """
     if (file is None) == (text is None):
         raise click.UsageError("give TEXT or --file FILE (one of them)")
@@ -361,17 +341,13 @@ def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | No
         return
     result = funnel.process(text)
     forget_info = {"scope": result.forget_scope, "match": result.forget_match} if result.stage == "forget" else None
-    if as_json:
-        click.echo(_dump({"stage": result.stage, "trace": result.trace,
-                          "candidates": [c.as_dict() for c in result.candidates], "forget": forget_info}))
-        return
-    for gate, outcome in result.trace:
-        click.echo(f"{gate:<10} {outcome}")
-    click.echo(f"result     {result.stage}")
-    for c in result.candidates:
-        click.echo(f"memory     type={c.type} key={c.key} polarity={c.polarity:+d} summary={c.content}")
+    lines = [f"{gate:<10} {outcome}" for gate, outcome in result.trace] + [f"result     {result.stage}"]
+    lines += [f"memory     type={c.type} key={c.key} polarity={c.polarity:+d} summary={c.content}"
+              for c in result.candidates]
     if forget_info is not None:
-        click.echo(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")
+        lines.append(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")
+    _echo(as_json, {"stage": result.stage, "trace": result.trace, "candidates": [c.as_dict() for c in result.candidates],
+                    "forget": forget_info}, lines)
 
 
 def _rules_test_file(funnel: Funnel, file, as_json: bool) -> None:
@@ -388,12 +364,7 @@ def _rules_test_file(funnel: Funnel, file, as_json: bool) -> None:
               "\ncaptured by type": dict(types.most_common()),
               "\nrule hits (memories made, or messages stopped)": dict(decided.most_common())}
     first, *others = tables.values()
-    if as_json:
-        click.echo(_dump({**first, **dict(zip(("stages", "types", "rules"), others))}))
-        return
     width = max([14, *(len(name) + 2 for name in decided)])
-    for title, table in tables.items():
-        if title:
-            click.echo(title)
-        for name, count in table.items():
-            click.echo(f"{name:<{width}}{count:>8}")
+    _echo(as_json, {**first, **dict(zip(("stages", "types", "rules"), others))},
+          (line for title, table in tables.items()
+           for line in ([title] if title else []) + [f"{name:<{width}}{count:>8}" for name, count in table.items()]))

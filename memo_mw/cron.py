@@ -1,16 +1,13 @@
-"""The schedule of the maintenance job and the weekly insights job, and the process that runs it::
+"""The schedule of the maintenance and weekly insights jobs, and the process that keeps it::
 
     MEMO_DB=var/memo.db MEMO_REDIS_URL=redis://127.0.0.1:6379/0 python -m memo_mw.cron
 
-``maintain`` runs every ``MEMO_MAINTAIN_INTERVAL`` seconds (:data:`~memo_mw.defaults.MAINTAIN_INTERVAL`),
-the first at start; ``insights`` by the cron string ``MEMO_INSIGHTS_CRON``, in this process's local
-time (:data:`~memo_mw.defaults.INSIGHTS_CRON`: Mondays at 03:00), or every ``MEMO_INSIGHTS_INTERVAL``
-seconds instead. Both go on the ``MEMO_QUEUE`` queue (``memo``) as JSON jobs on ``MEMO_DB`` (made
-absolute here), so the usual ``memo-mw worker`` runs them.
+``maintain`` runs every ``MEMO_MAINTAIN_INTERVAL`` seconds, the first at start; ``insights`` by the
+cron string ``MEMO_INSIGHTS_CRON`` (local time), or every ``MEMO_INSIGHTS_INTERVAL`` seconds. Both go
+on the ``MEMO_QUEUE`` queue as JSON jobs on ``MEMO_DB``, which ``memo-mw worker`` runs.
 
-Not ``rq cron``: in rq 3.0 it enqueues with rq's default serializer, pickle (``CronJob.enqueue``
-builds a ``Queue`` without one), which the JSON worker cannot read, so every job it enqueued would
-fail. rq's ``CronJob`` (rq 3.0's ``cron.register`` arguments) still decides when each job is due.
+Not ``rq cron``: rq 3.0's enqueues with pickle, which the JSON worker cannot read. rq's ``CronJob``
+still decides when each job is due.
 """
 
 from __future__ import annotations
@@ -35,13 +32,20 @@ MAX_SLEEP = 60.0
 
 def schedule(db: str, queue_name: str = defaults.QUEUE_NAME, *, maintain_interval: int = defaults.MAINTAIN_INTERVAL,
              insights_cron: str = defaults.INSIGHTS_CRON, insights_interval: int | None = None) -> list[CronJob]:
-    """The two jobs, on the database ``db`` (an absolute path: the worker may run elsewhere).
-    ValueError for a cron string that does not parse."""
+    """The two jobs on ``db`` (absolute: the worker may run elsewhere); ValueError for a bad cron string."""
     when = {"interval": insights_interval} if insights_interval else {"cron": insights_cron}
     # result_ttl=0: each job logs what it did; nothing reads a result back.
     return [CronJob(queue_name, func=maintain, args=(db,), interval=maintain_interval, result_ttl=0,
                     name="memo-mw maintenance"),
             CronJob(queue_name, func=insights, args=(db,), **when, result_ttl=0, name="memo-mw insights")]
+
+
+def json_queue(url: str, name: str) -> Queue:
+    """The jobs' rq queue, JSON as the middleware enqueues. Redis is asked now, so an unreachable one
+    fails at start, not at the first job: redis.RedisError, or ValueError for a URL it cannot read."""
+    connection = redis.Redis.from_url(url)
+    connection.ping()
+    return Queue(name, connection=connection, serializer=JSONSerializer)
 
 
 def run(queue: Queue, cron_jobs: list[CronJob]) -> None:
@@ -57,8 +61,7 @@ def run(queue: Queue, cron_jobs: list[CronJob]) -> None:
 
 
 def main(environ: Mapping[str, str] = os.environ) -> None:
-    """``python -m memo_mw.cron``: the schedule as the environment sets it, until stopped. A value
-    that does not parse, or Redis failing, ends it with a one-line error and exit status 1."""
+    """The schedule the environment sets, until stopped; a bad value or Redis failing: a one-line error."""
     url = environ.get("MEMO_REDIS_URL", "redis://127.0.0.1:6379/0")
     queue_name = environ.get("MEMO_QUEUE", defaults.QUEUE_NAME)
     try:
@@ -69,11 +72,10 @@ def main(environ: Mapping[str, str] = os.environ) -> None:
     except ValueError as exc:
         sys.exit(f"memo_mw.cron: cannot schedule the jobs: {exc}")
     try:
-        connection = redis.Redis.from_url(url)
-        connection.ping()  # an unreachable Redis is an error at start, not at the first job
-        run(Queue(queue_name, connection=connection, serializer=JSONSerializer), cron_jobs)
-    except (redis.RedisError, ValueError) as exc:  # ValueError: a URL redis-py cannot read
+        run(json_queue(url, queue_name), cron_jobs)
+    except (redis.RedisError, ValueError) as exc:
         sys.exit(f"memo_mw.cron: cannot reach Redis at {url}: {exc}")
+
 
 if __name__ == "__main__":
     main()

@@ -1,17 +1,10 @@
-"""What the store holds about one user, for that user to see, correct and delete.
+"""What the store holds about one user, for that user to see, correct and delete, without Flask.
 
-The reads and writes behind the web page and the JSON API (:mod:`memo_mw.admin`), kept
-free of Flask like the store itself. Every function takes the user id and touches that
-user's rows only: a memory id of another user is the same as an id that does not exist.
-
-Writes go through the store (:class:`memo_mw.store.Store`), so an edit or a deletion from the
-page is the same as one made by a job: edits are PII-masked and merged into an equal memory
-(the store's dedup), deletions are physical (``secure_delete``, WAL checkpoint) and leave an
-``audit`` row with a count, never content.
-
-What the user said and the queue still holds (:mod:`memo_mw.state`, :mod:`memo_mw.queue`) follows
-a deletion or an edit too, by :func:`forget_waiting` and :func:`drop_pending_slot`: recall shows
-pending statements until their jobs run, and a waiting job must not bring back deleted text.
+Every function touches one user's rows only: another user's memory id is the same as one that does
+not exist. Writes go through :class:`memo_mw.store.Store` as a job's do: edits are PII-masked and
+merged into an equal memory; deletions are physical and audited by count, never content. A deletion
+or an edit also reaches what still waits for a job (:func:`forget_waiting`, :func:`drop_pending_slot`):
+recall shows pending statements, and a waiting job must not bring deleted text back.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ from .forgetting import forget_marker, without_slot
 from .jobs import forget_waiting as forget_waiting_jobs
 from .privacy import mask_pii
 from .queue import LocalQueue, RedisQueue
-from .store import ACTIVE, PENDING_CONFIRM, Store, index_terms, memory_words
+from .store import ACTIVE, PENDING_CONFIRM, Store, indexed
 from .text import memory_key, nfkc, normalize
 
 log = logging.getLogger(__name__)
@@ -61,23 +54,11 @@ def clean_content(text: str) -> str:
 
 def edit(store: Store, user_id: str, memory_id: int, content: str, *, at: float, reason: str,
          topics: list[str] | None = None) -> tuple[str, dict[str, Any]] | None:
-    """Replace a memory's line with ``content`` (masked here); None when the user has no such memory.
-
-    ``at`` is the server's time of the edit, to the fraction of a second: a statement on the old
-    slot that the server read before it and that still waits for its job is not stored when the
-    job runs (:meth:`Store.edit <memo_mw.store.Store.edit>` leaves the marker). Returns
-    ``(outcome, memory)``:
-
-    * ``unchanged``: the line is the same;
-    * ``merged``: the new line equals another memory of the user (active or awaiting
-      confirmation): as when a statement is said again, that memory stays, confirmed, with
-      the hits and message ids of both, and the edited one is deleted (audit ``edit_merge``);
-    * ``edited``: the line (and the excerpt, so the old wording is kept nowhere) is replaced
-      and tagged with ``topics``. The slot (``key``) stays while the new line still names it,
-      else it becomes the line.
-
-    The old text is overwritten in the database files (``secure_delete`` and a checkpoint).
-    """
+    """Replace a memory's line with ``content`` (masked here): ``(outcome, memory)``, or None when the
+    user has no such memory. ``at`` is the server's time: a statement on the old slot read before it
+    and still waiting for its job is not stored. Outcomes: ``unchanged``; ``merged`` into an equal
+    memory, which stays (audit ``edit_merge``); ``edited`` (the excerpt too, so the old wording is
+    kept nowhere; the slot stays while the new line names it)."""
     content = clean_content(content)
     with store.write():
         row = store.get(user_id, memory_id)
@@ -102,13 +83,13 @@ def edit(store: Store, user_id: str, memory_id: int, content: str, *, at: float,
 
 def _rewrite(store: Store, row: dict[str, Any], content: str, topics: list[str] | None, *, ts: int,
              reason: str) -> None:
-    """The fields Store.edit leaves as they were: the excerpt (the old wording), the slot and the
-    topics, and the index terms that follow from them; and the audit row."""
+    """What Store.edit leaves as it was (the excerpt, the slot, the topics and their index); the audit row."""
     key = row["key"] if normalize(row["key"]) in normalize(content) else memory_key(content)
     topics = row["topics"] if topics is None else sorted(topics)
-    terms = " ".join(index_terms(row["user_id"], memory_words(content, key, topics)))
-    store.db.execute("update memories set excerpt = ?, key = ?, topics = ?, terms = ? where id = ?",
-                     [content, key, json.dumps(topics), terms, row["id"]])
+    columns = {"excerpt": content, "key": key, "topics": json.dumps(topics),
+               **indexed(row["user_id"], content, key, topics)}
+    store.db.execute(f"update memories set {', '.join(f'{name} = ?' for name in columns)} where id = ?",
+                     [*columns.values(), row["id"]])
     store.db.execute("insert into audit (user_id, action, count, at, reason) values (?, 'edit', 1, ?, ?)",
                      [row["user_id"], ts, reason])
 
@@ -139,26 +120,17 @@ def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str) 
 
 
 def export(store: Store, user_id: str, *, now: int) -> dict[str, Any]:
-    """Everything stored about the user: every memory (all statuses), the audit rows, the
-    insights and the topic counts they are made from."""
-    return {
-        "user_id": user_id,
-        "generated_at": now,
-        "memories": memories(store, user_id),
-        "audit": store.audit(user_id),
-        "insights": profile.read(store, user_id),
-        "topic_counts": counters.rows(store, user_id),
-    }
+    """Everything stored about the user: memories of every status, audit rows, insights and topic counts."""
+    return {"user_id": user_id, "generated_at": now, "memories": memories(store, user_id),
+            "audit": store.audit(user_id), "insights": profile.read(store, user_id),
+            "topic_counts": counters.rows(store, user_id)}
 
 
 def forget_waiting(queue: RedisQueue | LocalQueue | None, user_id: str, match: str | None, ts: int,
                    at: float) -> bool:
-    """Take what a deletion names (``match``; None: everything) out of the user's pending
-    memories and waiting capture jobs said before ``at``, the server's time of the deletion.
-
-    Call it before the deletion itself, so a job that starts meanwhile already sees the marker.
-    False when the queue could not be reached (the deletion in SQLite still happens).
-    """
+    """Take what a deletion names (``match``; None: everything), said before ``at`` (the server's time),
+    out of the user's pending memories and waiting jobs. Call it before the deletion, so a job that
+    starts meanwhile sees the marker. False when the queue could not be reached."""
     if queue is None:
         return True
     marker = forget_marker(match, ts, at, pending_only=True)  # the store deletes at once
@@ -184,11 +156,9 @@ def drop_pending_slot(queue: RedisQueue | LocalQueue | None, user_id: str, key: 
     try:
         for payload in queue.state.read(user_id).pending:
             kept = without_slot(payload, key, at)
-            if kept["candidates"] == payload.get("candidates"):
-                continue
-            if kept["candidates"]:
+            if kept["candidates"] and kept["candidates"] != payload.get("candidates"):
                 queue.state.put_pending(user_id, kept)
-            else:
+            elif not kept["candidates"]:
                 queue.state.drop_pending(user_id, [payload["job_key"]])
     except Exception:
         log.exception("memo-mw: could not take an edited slot out of the user's pending memories")

@@ -29,7 +29,7 @@ from memo_mw.cli import REPLAY_COUNTS, main
 from memo_mw.funnel import STAGES
 from memo_mw.store import Store
 
-from .conftest import drain, free_port, wait_until
+from .conftest import drain, free_port
 
 BIN = Path(sys.executable).parent
 MEMO_MW = shutil.which("memo-mw", path=str(BIN))
@@ -493,10 +493,11 @@ def chat_with_a_waiting_job(redis_url, rules_dir, db) -> Queue:
 
 
 @pytest.mark.parametrize("command", [
-    pytest.param(lambda url: [MEMO_MW, "worker", "--burst", "--url", url], id="memo-mw-worker"),
-    pytest.param(lambda url: [os.path.join(os.path.dirname(MEMO_MW), "rq"), "worker", "--burst", "--url", url,
-                              "--with-scheduler", "--serializer", "rq.serializers.JSONSerializer", "memo"],
-                 id="plain-rq-worker"),
+    pytest.param(lambda url, db: [MEMO_MW, "worker", "--burst", "--url", url, "--db", db], id="memo-mw-worker"),
+    pytest.param(lambda url, db: [MEMO_MW, "worker", "--burst", "--url", url, "--fork"], id="memo-mw-worker-fork"),
+    pytest.param(lambda url, db: [os.path.join(os.path.dirname(MEMO_MW), "rq"), "worker", "--burst", "--url", url,
+                                  "--with-scheduler", "--serializer", "rq.serializers.JSONSerializer",
+                                  "--worker-class", "rq.SimpleWorker", "memo"], id="plain-rq-worker"),
 ])
 def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_dir, db, command):
     queue = chat_with_a_waiting_job(redis_url, rules_dir, db)
@@ -505,7 +506,8 @@ def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_d
 
     # rq 3.0's burst worker may take a minute to exit: it closes its pubsub connection while the
     # listener thread waits up to 60 s for a message.
-    proc = subprocess.run(command(redis_url), check=False, capture_output=True, text=True, timeout=150, cwd=os.path.dirname(db))
+    proc = subprocess.run(command(redis_url, db), check=False, capture_output=True, text=True, timeout=150,
+                          cwd=os.path.dirname(db))
     assert proc.returncode == 0, proc.stderr
     assert queue.count == 0 and queue.failed_job_registry.count == 0
     with Store(db) as store:
@@ -533,40 +535,6 @@ def test_forget_reports_an_unreachable_redis_after_deleting(replayed):
     assert memories(db, "--user", "bob", "--all") == []
 
 
-def cron_env(redis_url, db, **settings):
-    return {**os.environ, "MEMO_REDIS_URL": redis_url, "MEMO_DB": os.path.relpath(db), **settings}
-
-
-def test_cron_enqueues_json_jobs_that_the_worker_runs(redis_url, db):
-    """python -m memo_mw.cron, as a real process: both jobs are due at start, and arrive as JSON."""
-    assert cli("replay", "-", "--db", db, "--json", input=json.dumps(msg("I like jazz", ts=T0))).exit_code == 0
-    env = cron_env(redis_url, db, MEMO_MAINTAIN_INTERVAL="3600", MEMO_INSIGHTS_INTERVAL="3600")
-    proc = subprocess.Popen([sys.executable, "-m", "memo_mw.cron"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url), serializer=JSONSerializer)
-    try:
-        enqueued = wait_until(lambda: queue.count == 2)
-    finally:
-        proc.terminate()
-        _, errors = proc.communicate(timeout=10)
-    assert enqueued, errors.decode()
-    assert sorted(job.func_name for job in queue.jobs) == ["memo_mw.jobs.insights", "memo_mw.jobs.maintain"]
-    assert all(job.args == [os.path.abspath(db)] for job in queue.jobs)
-    assert drain(redis_url) == 2  # conftest's drain fails on a job the JSON worker cannot read
-    assert json.loads(cli("insights", "--db", db, "--user", "alice", "--json").stdout) == []
-
-
-@pytest.mark.parametrize("settings, message", [
-    ({"MEMO_INSIGHTS_CRON": "every monday"}, "memo_mw.cron: cannot schedule the jobs: "),
-    ({"MEMO_MAINTAIN_INTERVAL": "hourly"}, "memo_mw.cron: cannot schedule the jobs: "),
-    ({"MEMO_REDIS_URL": "redis://127.0.0.1:1/0"}, "memo_mw.cron: cannot reach Redis at redis://127.0.0.1:1/0"),
-])
-def test_cron_stops_with_a_one_line_error(redis_url, db, settings, message):
-    proc = subprocess.run([sys.executable, "-m", "memo_mw.cron"], env=cron_env(redis_url, db, **settings),
-                          check=False, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1 and proc.stderr.startswith(message) and "Traceback" not in proc.stderr
-
-
 def test_insights_and_maintain_on_a_replayed_log(replayed):
     db, _ = replayed
     everyone = json.loads(cli("insights", "--db", db, "--now", T0 + 86400, "--json").stdout)
@@ -580,6 +548,12 @@ def test_worker_reports_an_unreachable_redis():
     url = f"redis://127.0.0.1:{free_port()}/0"
     result = cli("worker", "--burst", "--url", url)
     assert result.exit_code == 1 and f"cannot reach Redis at {url}" in result.stderr
+
+
+def test_worker_refuses_a_bad_database_before_it_starts(tmp_path, redis_url):
+    (tmp_path / "garbage.db").write_bytes(b"this is not a sqlite file" * 100)
+    result = cli("worker", "--burst", "--url", redis_url, "--db", str(tmp_path / "garbage.db"))
+    assert result.exit_code == 1 and result.stderr.startswith("Error: cannot use") and "Traceback" not in result.output
 
 
 # -- errors, help, entry points ---------------------------------------------------------
