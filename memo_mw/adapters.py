@@ -1,9 +1,5 @@
-"""Request shapes: where the user, session and message are in a JSON body, and how to inject.
-
-* plain: ``{"user_id": ..., "session_id": ..., "message": "..."}``
-* OpenAI chat: ``{"messages": [{"role": "user", "content": "..."}, ...], "user": ...}``; the last
-  user message is read, and the memory block goes in as a system message.
-"""
+"""Request shapes, plain (``{"message": ...}``) and OpenAI chat (``{"messages": [...]}``): where
+the user, session and message are in a JSON body, and where the memory block goes (README, "Requests")."""
 
 from __future__ import annotations
 
@@ -50,9 +46,8 @@ def _ts(value: Any) -> float | None:
 
 
 def read_turn(body: Any) -> Turn | None:
-    """The turn in a parsed JSON body, or None when the body is neither shape.
-
-    A field of the wrong type counts as absent, so a fallback still applies."""
+    """The turn in a parsed JSON body, or None when the body is neither shape. A field of the wrong
+    type counts as absent, so a fallback still applies."""
     if not isinstance(body, dict):
         return None
     if isinstance(body.get("messages"), list):
@@ -71,12 +66,9 @@ def read_turn(body: Any) -> Turn | None:
 
 
 def inject(body: dict[str, Any], turn: Turn, block: str, *, field: str | None = None) -> dict[str, Any]:
-    """A copy of ``body`` with the memory block in place.
-
-    OpenAI bodies get a system message after any leading system messages (``field`` does
-    not apply to them); plain bodies get the block prepended to ``message``, or put in
-    ``field`` when one is set (``field="message"`` prepends too: the message is never lost).
-    """
+    """A copy of ``body`` with the memory block in place: OpenAI bodies get a system message after any
+    leading system messages (``field`` does not apply to them); plain bodies get the block before
+    ``message``, or in ``field`` when one is set (``field="message"`` prepends too: never lost)."""
     body = dict(body)
     if turn.shape == "openai":
         messages = list(body["messages"])

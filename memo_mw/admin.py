@@ -1,13 +1,10 @@
-"""See, correct and delete what is remembered: a Flask blueprint with a JSON API and a web page::
+"""See, correct and delete what is remembered: a Flask blueprint with a JSON API (``_ROUTES``) and a
+web page under ``/memo``, for the middleware's user; only the admin token may act for ``?user=<id>``::
 
     app.register_blueprint(blueprint_for(middleware, admin_token=os.environ.get("MEMO_ADMIN_TOKEN")))
 
-Under ``/memo``: the page; ``api/insights``; ``api/memories`` (``GET`` with filters ``type``, ``status``,
-``q``; ``DELETE``: forget me); ``api/memories/<id>`` (``GET``, ``PATCH {"content": ...}``, ``DELETE``);
-``api/export``. The user is the middleware's; only the admin token (``Authorization: Bearer``) may act
-for ``?user=<id>``; another user's memory is a 404. Changes need a JSON body, an ``X-Requested-With``
-header or a bearer token, which a cross-site form cannot send. A deletion also reaches what waits for
-a job (:func:`memo_mw.userdata.forget_waiting`), so a queued job does not bring deleted text back.
+Another user's memory is a 404. Changes need a JSON body, an ``X-Requested-With`` header or a bearer
+token, which a cross-site form cannot send.
 """
 
 from __future__ import annotations
@@ -57,8 +54,7 @@ class Admin:
                  queue: RedisQueue | LocalQueue | None, funnel: Any, clock: Callable[[], float]):
         self.db, self.user_header_key, self.get_user, self.queue = db, user_header_key, get_user, queue
         self.admin_token = _checked_token(admin_token)
-        # The funnel, not its rules: they may be reloaded. Its sensitive gates refuse an edit,
-        # its topic lexicons tag one.
+        # The funnel, not its rules, which may be reloaded: its sensitive gates refuse an edit, its lexicons tag one.
         self.funnel, self.clock = funnel, clock
         # The page's own templates, not the app's: an app template of the same name cannot replace them.
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
@@ -129,9 +125,8 @@ def create_blueprint(db: str, *, url_prefix: str = "/memo", user_header: str = d
                      redis_url: str | None = None, queue: RedisQueue | LocalQueue | None = None,
                      queue_name: str = defaults.QUEUE_NAME, rules: Any = None,
                      clock: Callable[[], float] = time.time, name: str = "memo_admin") -> Blueprint:
-    """The blueprint for the memories in ``db`` apart from a middleware (another process): the other
-    arguments as the middleware's, so deletions reach its waiting jobs; ``admin_token``, 16+ characters,
-    may act for ``?user=`` (None: no one may)."""
+    """The blueprint for the memories in ``db`` apart from a middleware (another process), the other arguments
+    as the middleware's so deletions reach its waiting jobs; ``admin_token`` (16+ characters) acts for ``?user=``."""
     db = str(Path(db).resolve())
     if queue is None and redis_url:  # the middleware's own spool file: several processes may share it
         queue = make_queue(redis_url, name=queue_name, spool=db + ".spool")

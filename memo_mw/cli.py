@@ -113,12 +113,8 @@ def main() -> None:
                    "interpreter, or Redis failing mid-job, stops a simple worker (run it under a supervisor); "
                    "rq retries that job when another worker starts.")
 def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool) -> None:
-    """Run an rq worker for memo-mw's jobs, with rq's scheduler so failed jobs are retried.
-
-    Same as: rq worker --url URL --with-scheduler --serializer rq.serializers.JSONSerializer
-    --worker-class rq.SimpleWorker memo, with a shorter maintenance interval so that the jobs of a
-    worker that died are retried sooner.
-    """
+    """Run an rq worker for memo-mw's jobs, with rq's scheduler so failed jobs are retried, and a shorter
+    maintenance interval than rq's, so that the jobs of a worker that died are retried sooner."""
     with contextlib.ExitStack() as held:
         for path in dbs:  # a bad database fails now, not per job
             try:
@@ -296,7 +292,7 @@ def maintain(db: str, now: float | None, as_json: bool) -> None:
 def insights_command(db: str, user: str | None, now: float | None, as_json: bool) -> None:
     """Compute and store user insights from topic counts and memories (the weekly insights job)."""
     with _store(db, write=True) as store:
-        result = {u: profile.run(store, u, now=profile.now_or(now))
+        result = {u: profile.run(store, u, now=time.time() if now is None else now)
                   for u in ([user] if user is not None else profile.users(store))}
     _echo(as_json, result[user] if user is not None else result,
           (f"{u:<16} {line['confidence']:<7} {line['text']}" for u, lines in result.items() for line in lines))
@@ -346,8 +342,8 @@ def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | No
               for c in result.candidates]
     if forget_info is not None:
         lines.append(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")
-    _echo(as_json, {"stage": result.stage, "trace": result.trace, "candidates": [c.as_dict() for c in result.candidates],
-                    "forget": forget_info}, lines)
+    _echo(as_json, {"stage": result.stage, "trace": result.trace,
+                    "candidates": [c.as_dict() for c in result.candidates], "forget": forget_info}, lines)
 
 
 def _rules_test_file(funnel: Funnel, file, as_json: bool) -> None:

@@ -1,17 +1,11 @@
-"""The optional small-model compressor: a rule summary polished into a one-line memory.
+"""The optional small-model compressor: a rule summary polished into a one-line memory, in the
+worker's ``remember`` job, never on the request path. The model's line is only a proposal, kept when
+it passes :func:`validate`; otherwise the rule summary is stored and the reason, never the text, logged.
 
-Off by default and never on the request path: the worker's ``remember`` job asks it when
-``MEMO_COMPRESSOR_URL`` names an OpenAI-compatible chat-completions server (Ollama, the
-llama.cpp server, vLLM), with the PII-masked summary and source sentence, at temperature 0.
-
-The model's line is only a proposal, kept when it passes :func:`validate`; otherwise the rule
-summary is stored and the reason, never the text, is logged.
-
-Environment (``Compressor.from_env``): ``MEMO_COMPRESSOR_URL`` (a base URL such as
-``http://127.0.0.1:11434/v1`` or the full ``.../chat/completions``; unset: no compressor;
-proxies are not used, the server is meant to be local), ``MEMO_COMPRESSOR_MODEL``,
-``MEMO_COMPRESSOR_TIMEOUT`` (seconds for the whole call) and ``MEMO_COMPRESSOR_API_KEY``.
-"""
+Environment (``Compressor.from_env``): ``MEMO_COMPRESSOR_URL``, an OpenAI-compatible chat-completions
+server (Ollama, the llama.cpp server, vLLM) as a base URL such as ``http://127.0.0.1:11434/v1`` or the
+full ``.../chat/completions`` (unset: no compressor; no proxies: it is meant to be local);
+``MEMO_COMPRESSOR_MODEL``; ``MEMO_COMPRESSOR_TIMEOUT``, seconds for the whole call; ``MEMO_COMPRESSOR_API_KEY``."""
 
 from __future__ import annotations
 
@@ -100,9 +94,8 @@ def _negated_pairs(text: str) -> set[tuple[str, str]]:
 
 
 def validate(line: str, summary: str, source: str) -> str:
-    """The polished ``line`` tidied (quotes, a final period), or :class:`CompressorError` saying why not.
-
-    It must be one line, no longer than :func:`length_cap`, free of PII, and say nothing the user did
+    """The polished ``line`` tidied (quotes, a final period), or :class:`CompressorError` saying why not:
+    it must be one line, no longer than :func:`length_cap`, free of PII, and say nothing the user did
     not: each content word, symbol and Chinese character is in the sentence or the summary (function
     words aside), a negation of the summary stays, and none is added."""
     line = _THINK.sub("", line).strip()
@@ -235,13 +228,10 @@ class Compressor:
 
 def polish_candidates(payload: dict[str, Any], compressor: Compressor,
                       slot: Callable[[str, int], list[str]]) -> dict[str, Any]:
-    """A copy of ``payload`` with each rule-made candidate's summary polished.
-
-    Key and polarity stay the rule's, so a newer statement still supersedes by slot. A
-    restatement still merges: when an active memory on the slot (``slot(key, polarity)`` lists
-    their contents) is the summary itself or a line this sentence also supports, it is reused
-    and the model is not asked.
-    """
+    """A copy of ``payload`` with each rule-made candidate's summary polished. Key and polarity stay
+    the rule's, so a newer statement still supersedes by slot. A restatement still merges: an active
+    memory on the slot (``slot(key, polarity)`` lists their contents) that is the summary itself, or a
+    line this sentence also supports, is reused and the model is not asked."""
     candidates = []
     for candidate in payload.get("candidates", []):
         candidate = dict(candidate)

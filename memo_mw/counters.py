@@ -1,10 +1,5 @@
-"""Topic counters: how many of a user's messages touched each topic, per ISO week.
-
-The weekly insights (:mod:`memo_mw.insights`) are made from these counts, never from chat text:
-a message adds 1 to a few names (:func:`count_keys`) in the week it was sent: its topics, a
-``<subject>/<facet>`` pair for each programming subject (``lang.*``, ``tool.*``) and facet
-(``code.*``) named together, and ``@zh`` or ``@en``, its script.
-
+"""Topic counters: how many of a user's messages touched each topic (:func:`count_keys`), per ISO
+week. The weekly insights (:mod:`memo_mw.insights`) are made from these counts, never from chat text.
 The web process adds them up in memory and sends them as one ``count_topics`` job every
 :data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O.
 """
@@ -39,7 +34,8 @@ def script_of(text: str) -> str:
 
 
 def count_keys(topics: Iterable[str], text: str) -> list[str]:
-    """The names one message adds 1 to: its topics, subject/facet pairs, and its script."""
+    """The names one message adds 1 to: its topics, a ``<subject>/<facet>`` pair for each subject
+    (``lang.*``, ``tool.*``) and facet (``code.*``) named together, and ``@zh`` or ``@en``, its script."""
     topics = sorted(topics)
     pairs = [f"{s}/{f}" for s in topics if s.startswith(SUBJECTS) for f in topics if f.startswith(FACETS)]
     return [*topics, *pairs, f"@{script_of(text)}"]

@@ -94,10 +94,10 @@ CONFIDENCE_STEP = 0.1
 #: Days an expired task waits for confirmation (recall shows it once) before it is deleted.
 CONFIRM_DAYS = 7
 
-#: Seconds between the maintenance runs ``rq cron memo_mw.cron`` schedules.
+#: Seconds between the maintenance runs ``python -m memo_mw.cron`` schedules.
 MAINTAIN_INTERVAL = 3600
 
-#: Insights (UTC cron, env ``MEMO_INSIGHTS_CRON``): Mondays at 03:00, once the week before is complete.
+#: Insights (cron, local time; env ``MEMO_INSIGHTS_CRON``): Mondays at 03:00, once the week before is complete.
 INSIGHTS_CRON = "0 3 * * 1"
 
 #: Insights: lines a user at most; a profile is a few lines, not everything they mentioned.

@@ -1,13 +1,7 @@
-"""A small chat app wrapped by the middleware: ``make demo`` runs it.
-
-The bot needs no language model: it answers with what the middleware recalled for the request.
-With ``OPENAI_BASE_URL`` set (and ``OPENAI_MODEL``, ``OPENAI_API_KEY`` as that server needs), it
-asks that OpenAI-compatible server instead, and answers from memory if the call fails.
-
-The memories page is at ``/memo/``. A link sends no ``X-User-Id`` header, so the demo also reads
-the user from a ``memo_user`` cookie that the chat page sets to the id typed there. Anyone may
-type any id: a real app passes a ``get_user`` that reads its own signed session.
-"""
+"""A small chat app wrapped by the middleware: ``make demo`` runs it, with the memories page at ``/memo/``.
+The bot needs no language model: it answers with what the middleware recalled for the request, or, with
+``OPENAI_BASE_URL`` set (and ``OPENAI_MODEL``, ``OPENAI_API_KEY`` as that server needs), asks that
+OpenAI-compatible server, and answers from memory if the call fails."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""``Memo``: the Flask extension. It reads ``MEMO_*`` settings from ``app.config``, installs
-:class:`MemoryMiddleware` and mounts the memories page and API (:mod:`memo_mw.admin`)::
+"""``Memo``: the Flask extension, a thin adapter over the middleware. It reads ``MEMO_*`` settings from
+``app.config``, installs :class:`MemoryMiddleware` and mounts the memories page (:mod:`memo_mw.admin`)::
 
     memo = Memo(app)            # or: memo = Memo(); memo.init_app(app)
-
-Each setting defaults to the middleware's keyword argument it stands for (:data:`SETTINGS`).
-The page takes the user from where the middleware does: ``get_user`` when given, else the
-``MEMO_USER_HEADER`` header, which only a proxy in front of the app should set.
 """
 
 from __future__ import annotations
@@ -38,13 +34,11 @@ SETTINGS = (
 
 
 class Memo:
-    """Flask extension; the middleware it installs is ``app.extensions["memo"].middleware``, the
-    page's blueprint ``app.extensions["memo"].blueprint`` (None with ``MEMO_ADMIN = False``).
-
-    Besides :data:`SETTINGS`: ``MEMO_DB`` (default ``<instance folder>/memo.db``), ``MEMO_ADMIN``
-    (mount the page, default True), ``MEMO_ADMIN_PREFIX`` (``/memo``) and ``MEMO_ADMIN_TOKEN``
-    (default ``$MEMO_ADMIN_TOKEN``: 16+ characters that may act for ``?user=``; unset, no one may).
-    """
+    """Flask extension; the middleware it installs is ``app.extensions["memo"].middleware``, the page's
+    blueprint ``app.extensions["memo"].blueprint`` (None with ``MEMO_ADMIN = False``). Besides
+    :data:`SETTINGS`: ``MEMO_DB`` (default ``<instance folder>/memo.db``), ``MEMO_ADMIN`` (mount the page,
+    default True), ``MEMO_ADMIN_PREFIX`` (``/memo``) and ``MEMO_ADMIN_TOKEN`` (default ``$MEMO_ADMIN_TOKEN``:
+    16+ characters that may act for ``?user=``; unset, no one may)."""
 
     def __init__(self, app: Any = None, *, get_user: GetUser | None = None):
         self.get_user = get_user

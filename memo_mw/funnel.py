@@ -1,12 +1,6 @@
-"""The capture funnel: which user messages become memories, and as what one-line summary.
-
-Each message goes through the stages in order and stops at the first that says no::
-
-    forget?  -> trigger -> length -> negative gates -> sensitive gate -> compression -> captured
-
-Pure computation, no I/O. The result names the stage where the message stopped and the trace
-through the gates, for ``memo-mw rules test``.
-"""
+"""The capture funnel: which user messages become memories, and as what one-line summary. Pure
+computation, no I/O. The stages are in docs/rules.md; a result names the stage where the message
+stopped, and the trace through the gates."""
 
 from __future__ import annotations
 
@@ -29,19 +23,16 @@ log = logging.getLogger(__name__)
 #: Stage names, in funnel order; ``captured`` and ``forget`` are the two that produce work.
 STAGES = ("forget", "no_trigger", "too_long", "negative", "sensitive", "unusable", "captured")
 
-# A period ends a sentence only before whitespace, so "3.5" stays whole. A comma before "but"
-# starts a statement of its own ("I like jazz, but I hate country"), and so does one before
-# "and I" ("My boss likes golf, and I like tennis" keeps the user's own statement).
+# A period ends a sentence only before whitespace, so "3.5" stays whole. A comma before "but" or
+# "and I" starts a statement of its own: "My boss likes golf, and I like tennis" keeps the user's.
 _SPLIT = regex.compile(
     r"(?<=[。！？!?；;])|\n|(?<=\.)(?=\s)|[,，]\s*(?=(?:but|however|though|although)\b|但|不过|可是)"
     r"|[,，]\s*(?=and\s+I\b|而我|我自己)",
     regex.IGNORECASE | regex.V1,
 )
 _BLANKS = regex.compile(r"[^\S\n]+")
-_HAN = regex.compile(r"\p{Han}")
-_LATIN = regex.compile(r"\p{Latin}")
 # Rule files of these languages are skipped for sentences without their script.
-_SCRIPT_OF = {"zh": _HAN, "en": _LATIN}
+_SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}
 
 
 def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
@@ -136,10 +127,6 @@ class Funnel:
                 log.warning("memo-mw: a filler pattern timed out; left the text as it was")
         return _BLANKS.sub(" ", text).strip()
 
-    def sentences(self, text: str) -> list[str]:
-        """The sentences and clauses of a cleaned text."""
-        return [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
-
     def process(self, message: str) -> FunnelResult:
         recall_all = self.is_recall_all(message)
         # PII is masked first, so no capture can cut an address in half and keep a piece.
@@ -147,7 +134,7 @@ class Funnel:
         if not text:
             return FunnelResult("no_trigger", trace=(("trigger", "empty message"),), recall_all=recall_all)
         trace: list[tuple[str, str]] = []
-        sentences = self.sentences(text)
+        sentences = [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
         forget = self._forget_request(text)
         if forget is None:
             stage, candidates = self._capture(text, sentences, trace)
@@ -198,8 +185,8 @@ class Funnel:
             return "too_long", []
         trace.append(("length", f"{len(text)} <= {limit}"))
 
-        # A sentence's own negatives come from the file of the rule that matched, so a Chinese
-        # question gate does not stop an English sentence; the other gates apply to all.
+        # A sentence's own negatives come from its rule's file: a Chinese question gate must not stop
+        # an English sentence. The other gates apply to all.
         for stage, message_gates, sentence_gates in (
                 ("negative", self._negative_message, lambda hit: self._negative_sentence[id(hit.rule_file)]),
                 ("sensitive", self._sensitive_message, lambda hit: self._sensitive_sentence)):

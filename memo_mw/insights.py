@@ -1,11 +1,6 @@
-"""User insights: a short, rule-made profile of what a user keeps coming back to.
-
-Made weekly from the user's topic counts (:mod:`memo_mw.counters`) and the topics and dates of
-their active memories, never from chat text: a line for each topic with enough messages (or, for
-a topic only stated, memories) in the window, with the ISO weeks it spans and a confidence by
-count and weeks. A programming subject (``lang.*``, ``tool.*``) names its facets (``code.*``) and
-makes the broad ``tech`` line redundant. Recall shows the first lines, in the user's language, in
-the block's ``[PROFILE]`` section::
+"""User insights: a short, rule-made profile of what a user keeps coming back to, made weekly from
+their topic counts (:mod:`memo_mw.counters`) and the topics and dates of their active memories, never
+from chat text. Recall shows the first lines, in the user's language, in the block's ``[PROFILE]``::
 
     asks often about rust (async, types): 12 messages over 4 weeks, 2026-W40 to 2026-W47; confidence: high
     经常问到 rust（异步、类型系统）：4 周内 12 条消息，2026-W40 至 2026-W47；置信度：高
@@ -14,7 +9,6 @@ the block's ``[PROFILE]`` section::
 from __future__ import annotations
 
 import collections
-import time
 from typing import Any
 
 from . import counters, defaults
@@ -178,7 +172,3 @@ def read(store: Store, user_id: str) -> list[dict[str, Any]]:
     """The user's stored insights, best first."""
     return [dict(zip(_COLUMNS, row)) for row in store.db.execute(
         f"select {', '.join(_COLUMNS)} from insights where user_id = ? order by rank", [user_id])]
-
-
-def now_or(now: float | None) -> float:
-    return time.time() if now is None else float(now)

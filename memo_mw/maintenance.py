@@ -1,13 +1,7 @@
-"""Maintenance: expiry of tasks, removal after the confirmation period, and consistency.
-
-Run by the ``maintain`` job (scheduled by ``rq cron memo_mw.cron``) or ``memo-mw maintain``;
-idempotent at a given ``now``.
-
-* An active memory past its ``expires_at`` becomes ``pending_confirm``: recall shows it once more,
-  and saying it again makes it active again; unconfirmed at ``remove_at``, it is deleted (audited).
-* Of two active memories on one key with opposite polarity (racing workers, an import), the newer
-  statement stays and the older is superseded.
-"""
+"""Maintenance, run by the ``maintain`` job (scheduled by ``python -m memo_mw.cron``) or ``memo-mw
+maintain``, idempotent at a given ``now``: an expired task waits as ``pending_confirm`` (recall shows it
+once more, saying it again confirms it) and is deleted, audited, if still unconfirmed at ``remove_at``;
+of two active memories on one key with opposite polarity (racing workers, an import), the newer stays."""
 
 from __future__ import annotations
 

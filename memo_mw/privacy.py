@@ -1,20 +1,11 @@
 """Masking of personal data before anything leaves the web process: Redis and SQLite only ever
-see placeholders, and the rest of the sentence is kept.
+see placeholders, and the rest of the sentence is kept ("my password is [secret]").
 
-* passwords, PINs and one-time codes stated in the text keep their words and lose the value
-  ("my password is [secret]", "验证码是 [secret]"). A password stated after "is", ":", "是", ...
-  runs to the end of its clause, spaces included (a passphrase); a bare "pwd hunter22" takes one
-  piece, which must hold a digit;
-* keys and tokens stated after their name ("api_key=...", "我的API密钥是...") and known key shapes
-  (``sk-...``, ``ghp_...``, ``xoxb-...``, ``AKIA...``, ``AIza...``, JWTs, after ``Bearer``), and
-  long random hex/base64 strings -> ``[secret]``; e-mail addresses -> ``[email]``;
-* Chinese resident ID numbers with a right check character -> ``[id]``; bank card numbers that
-  pass the Luhn check -> ``[card]``; mobile, international, landline and US numbers -> ``[phone]``.
-
-The patterns run in that order, so a value is masked once, by the most specific rule. Digit runs
-that are none of these (order numbers, years, prices, a number failing its check) stay. Masking
-is idempotent: the placeholders match no pattern.
-"""
+Stated passwords, PINs, codes, keys and tokens, known key shapes and long random strings become
+``[secret]``; e-mail addresses ``[email]``; Chinese ID numbers and bank cards that pass their check
+``[id]`` and ``[card]``; phone numbers ``[phone]``. The patterns run in the order of ``_MASKS``, so
+a value is masked once, by the most specific rule; digit runs that are none of these (order numbers,
+years, prices) stay. Masking is idempotent: the placeholders match no pattern."""
 
 from __future__ import annotations
 
@@ -65,9 +56,7 @@ _VALUE_WORDS = (
 )
 # After no separator ("pwd hunter22", "密码abc123"): one piece, which for the English
 # abbreviations must hold a digit ("run pwd to see the folder" stays).
-_VALUE_ONE = (
-    rf"(?P<q>)(?![:：=]|{_PLACEHOLDER})(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END})"
-)
+_VALUE_ONE = rf"(?P<q>)(?![:：=]|{_PLACEHOLDER})(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END})"
 _PASSWORD_EN = regex.compile(
     r"(?P<head>(?<![A-Za-z])(?:pass(?:word|wd|code|phrase)|(?P<abbr>pwd|pw))(?![A-Za-z])"
     # "the password for my bank account is ..."
@@ -128,9 +117,7 @@ _BEARER = regex.compile(
 _RUN = regex.compile(r"[A-Za-z0-9+/_-]{32,}=*")
 _HEX = frozenset("0123456789abcdefABCDEF")
 
-_EMAIL = regex.compile(
-    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+[@＠](?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![A-Za-z0-9-])"
-)
+_EMAIL = regex.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+[@＠](?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}(?![A-Za-z0-9-])")
 
 # Chinese resident ID: region (6), birth date (8), sequence (3), check character.
 _CN_ID = regex.compile(

@@ -1,10 +1,5 @@
-"""Rules that reload when their files change, without a restart.
-
-At most every ``interval`` seconds a request looks at the rule files (a ``stat`` each; a folder
-is listed again). When they changed, that request loads and checks them as ``memo-mw rules
-check`` would, examples included; the others meanwhile use the rules they had. Rules that do not
-pass are not used: the last good rules stay, and the problems are logged once per change.
-"""
+"""Rules that reload when their files change, without a restart (docs/rules.md, "Reloading without a
+restart"): rules that do not pass ``memo-mw rules check`` are not used, and the last good rules stay."""
 
 from __future__ import annotations
 

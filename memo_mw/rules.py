@@ -1,12 +1,6 @@
-"""Load and validate the YAML rules that drive the capture funnel.
-
-A rules file (``rules/zh.yaml``, ``rules/en.yaml``, or your own) holds the trigger patterns, the
-gates that stop a message, the fillers removed before a summary is rendered, and the forget
-phrases. Every problem is reported at load time with its file, line and rule id, so a broken
-edit is caught at start-up, not on the first matching message. Patterns use the ``regex``
-module, case-insensitive, and are matched with a timeout, so catastrophic backtracking is
-bounded and logged.
-"""
+"""Load and validate the YAML rules that drive the capture funnel (the format: docs/rules.md). Every
+problem is reported at load time with its file, line and rule id, so a broken edit is caught at
+start-up, not on the first matching message."""
 
 from __future__ import annotations
 
@@ -20,15 +14,7 @@ import regex
 from . import defaults
 from .exceptions import RulesError
 from .rules_check import Examples, read_examples, template_fields, wrong_examples
-from .rules_yaml import (
-    META_KEYS,
-    Reporter,
-    compile_pattern,
-    list_of,
-    positive_int,
-    read_yaml,
-    strings,
-)
+from .rules_yaml import META_KEYS, Reporter, compile_pattern, list_of, mapping_of, positive_int, read_yaml, strings
 
 MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
 FORGET_SCOPES = ("all", "match")
@@ -116,10 +102,8 @@ class RuleSet:
 
 
 def default_rule_paths() -> list[str]:
-    """The shipped rules: in ``memo_mw/default_rules`` of a wheel, in ``rules/`` of a checkout.
-
-    The folder has no ``__init__.py``, so ``importlib.resources`` would give no plain path.
-    """
+    """The shipped rules: in ``memo_mw/default_rules`` of a wheel, in ``rules/`` of a checkout (a folder
+    without ``__init__.py``, for which ``importlib.resources`` would give no plain path)."""
     here = Path(__file__).resolve().parent
     candidates = [here / "default_rules", here.parent / "rules"]
     for folder in candidates:
@@ -133,9 +117,7 @@ def default_rule_paths() -> list[str]:
 
 def load_rules(paths: str | Sequence[str] | None = None) -> RuleSet:
     """Load, validate and compile rule files (a folder: its ``*.yaml``); ``None``: the shipped ones.
-
-    Raises :class:`RulesError` listing every problem, each as ``file:line: rule id: problem``.
-    """
+    Raises :class:`RulesError` listing every problem, each as ``file:line: rule id: problem``."""
     rules, problems = _load_all(paths)
     if problems:
         raise RulesError(problems)
@@ -211,16 +193,10 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
 
 
 def _topics(data: dict, report: Reporter) -> dict[str, tuple[str, ...]]:
-    topics = data.get("topics") or {}
-    if not isinstance(topics, dict):
-        report(data, None, "topics must be a mapping of topic name: [words]", key="topics")
-        return {}
     out = {}
-    for name, words in topics.items():
-        if name in META_KEYS:
-            continue
+    for name, words in mapping_of(data, "topics", "topic name: [words]", report).items():
         if not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words):
-            report(topics, None, f"topic {name!r} must be a list of non-empty strings", key=name)
+            report(data["topics"], None, f"topic {name!r} must be a list of non-empty strings", key=name)
             continue
         out[str(name)] = tuple(w.strip().casefold() for w in words)
     return out
@@ -233,14 +209,8 @@ def _fillers(data: dict, report: Reporter) -> list[regex.Pattern]:
 
 
 def _pronouns(data: dict, report: Reporter) -> list[tuple[regex.Pattern, str]]:
-    pronouns = data.get("pronouns") or {}
-    if not isinstance(pronouns, dict):
-        report(data, None, "pronouns must be a mapping of word: replacement", key="pronouns")
-        return []
     out = []
-    for word, repl in pronouns.items():
-        if word in META_KEYS:
-            continue
+    for word, repl in mapping_of(data, "pronouns", "word: replacement", report).items():
         word = str(word)
         # A Latin word is replaced only as a whole word ("my", not "myth"); Chinese has no
         # word boundaries, so a CJK entry is replaced wherever it occurs.

@@ -1,8 +1,5 @@
-"""The checks of a rule beyond its YAML types: its templates' fields, and its examples.
-
-A rule's ``examples`` are sentences its pattern must match, and must not match; ``memo-mw
-rules check`` runs them (and a reload: :mod:`memo_mw.reload`), start-up does not.
-"""
+"""The checks of a rule beyond its YAML types: its templates' fields, and its ``examples``, which
+``memo-mw rules check`` and a reload (:mod:`memo_mw.reload`) run, start-up does not."""
 
 from __future__ import annotations
 

@@ -108,6 +108,15 @@ def list_of(data: dict, key: str, report: Reporter) -> list:
     return value
 
 
+def mapping_of(data: dict, key: str, shape: str, report: Reporter) -> dict:
+    """The mapping under ``key``, line keys left out (empty when absent; reported when not a mapping)."""
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        report(data, None, f"{key} must be a mapping of {shape}", key=key)
+        return {}
+    return {k: v for k, v in value.items() if k not in META_KEYS}
+
+
 def strings(data: dict, key: str, report: Reporter) -> tuple[str, ...]:
     """A section that is a list of non-empty strings; other entries are reported and left out."""
     items = list_of(data, key, report)

@@ -1,9 +1,5 @@
-"""What a matched trigger says: its one-line summary and the memory key (slot) it fills.
-
-The trigger's groups are tidied (edge punctuation and trailing particles off, first person turned
-to third by the file's pronoun map), then rendered into the rule's ``summary`` and ``key``
-templates, where ``{what:3sg}`` makes the first word an English third-person verb ("runs").
-"""
+"""What a matched trigger says: its one-line summary and the memory key (slot) it fills, from the
+rule's ``summary`` and ``key`` templates (docs/rules.md, "Templates and 3sg")."""
 
 from __future__ import annotations
 

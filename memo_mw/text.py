@@ -1,8 +1,6 @@
-"""Text normalisation and tokens, shared by the funnel, the store and recall.
-
-Chinese has no spaces, so Latin script gives words (case-folded, lightly stemmed) and CJK text
-gives overlapping character bigrams plus single characters.
-"""
+"""Text normalisation and tokens, shared by the funnel, the store and recall. Chinese has no spaces,
+so Latin script gives words (case-folded, lightly stemmed) and CJK text gives overlapping character
+bigrams plus single characters."""
 
 from __future__ import annotations
 

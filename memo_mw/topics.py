@@ -1,10 +1,7 @@
-"""Topic tags from the rules' lexicons: what a memory or a message is about.
-
-"What should I cook for lunch?" and "doesn't eat pork" share no word, but both are about ``food``,
-and recall counts a shared topic as relevance (:func:`memo_mw.recall.score`). A Chinese entry
-matches anywhere in the text; an English word matches as a word, with the stemming of
-:func:`memo_mw.text.tokens`; an English phrase matches as a run of whole words.
-"""
+"""Topic tags from the rules' lexicons: "What should I cook for lunch?" and "doesn't eat pork" share
+no word, but both are about ``food``, and recall counts a shared topic as relevance. A Chinese entry
+matches anywhere in the text; an English word as a word, stemmed as :func:`memo_mw.text.tokens` stems;
+an English phrase as a run of whole words."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """What the store holds about one user, for that user to see, correct and delete, without Flask.
-
 Every function touches one user's rows only: another user's memory id is the same as one that does
-not exist. Writes go through :class:`memo_mw.store.Store` as a job's do: edits are PII-masked and
-merged into an equal memory; deletions are physical and audited by count, never content. A deletion
-or an edit also reaches what still waits for a job (:func:`forget_waiting`, :func:`drop_pending_slot`):
-recall shows pending statements, and a waiting job must not bring deleted text back.
-"""
+not exist. Edits are PII-masked; deletions are physical and audited by count, never content."""
 
 from __future__ import annotations
 

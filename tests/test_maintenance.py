@@ -1,11 +1,6 @@
-"""Lifecycle over time: expiry, confirmation, removal, contradictions; rq cron schedules it."""
+"""Lifecycle over time: expiry, confirmation, removal, contradictions (the cron process: test_cron)."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -19,7 +14,7 @@ from memo_mw.rules import load_rules
 from memo_mw.store import Store
 
 from .conftest import drain
-from .test_forgetting import chat_client, recalled, rq_queue
+from .test_forgetting import chat_client, recalled
 from .test_store import database_bytes, payload
 
 T0 = 1_700_000_000
@@ -143,22 +138,3 @@ def test_an_expired_task_is_asked_about_once_before_any_worker_runs(redis_url, d
     (memory,) = every_memory(db)
     assert memory["confirm_shown_at"] == T0 + 21 * DAY
 
-
-def test_the_cron_process_schedules_maintenance_that_the_worker_runs(redis_url, db, funnel):
-    say(db, funnel, "remind me to water the plants", int(time.time()) - 30 * DAY)  # long expired
-    env = {**os.environ, "MEMO_DB": db, "MEMO_REDIS_URL": redis_url, "MEMO_MAINTAIN_INTERVAL": "1"}
-    cron = subprocess.Popen([sys.executable, "-m", "memo_mw.cron"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    queue = rq_queue(redis_url)
-    try:
-        deadline = time.time() + 20
-        while queue.count == 0 and time.time() < deadline:
-            time.sleep(0.2)
-    finally:
-        cron.terminate()
-        _, errors = cron.communicate(timeout=10)
-    assert queue.count >= 1, errors.decode()
-    assert "memo_mw.jobs.maintain" in [job.func_name for job in queue.jobs]  # read by the JSON worker
-    drain(redis_url)
-    (memory,) = every_memory(db)
-    assert memory["status"] == "pending_confirm"

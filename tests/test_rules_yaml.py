@@ -9,6 +9,7 @@ import pytest
 from memo_mw.rules_yaml import (
     Reporter,
     compile_pattern,
+    mapping_of,
     positive_int,
     read_yaml,
     strings,
@@ -79,6 +80,8 @@ def test_values_are_checked_and_reported_where_they_are_written(tmp_path):
         trailing: [ok, '', 3]
         triggers:
           - {id: x.bad, pattern: '(unclosed'}
+        pronouns: [my]
+        topics: {food: [tea]}
         """)
     problems: list[str] = []
     report = Reporter(path, problems)
@@ -88,9 +91,13 @@ def test_values_are_checked_and_reported_where_they_are_written(tmp_path):
     (rule,) = data["triggers"]
     assert compile_pattern(rule["pattern"], "x.bad", rule, report) is None
     assert compile_pattern("I LIKE", "x.ok", rule, report).search("i like tea")  # case-insensitive
+    assert mapping_of(data, "pronouns", "word: replacement", report) == {}
+    assert mapping_of(data, "topics", "topic name: [words]", report) == {"food": ["tea"]}  # no line keys
+    assert mapping_of(data, "fillers", "patterns", report) == {}  # absent: empty, no problem
     assert problems == [
         f"{path}:1: max_length must be a positive integer, not -1",
         f"{path}:2: trailing entries must be non-empty strings, not '' (quote it)",
         f"{path}:2: trailing entries must be non-empty strings, not 3 (quote it)",
         f"{path}:4: x.bad: pattern does not compile: missing ) at position 9",
+        f"{path}:5: pronouns must be a mapping of word: replacement",
     ]
