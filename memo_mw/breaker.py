@@ -1,8 +1,7 @@
 """A circuit breaker: after failures, skip a sick dependency for a while instead of waiting on it.
 
-Closed (calls go through) until ``threshold`` consecutive failures; then open for ``cooldown``
-seconds, when every caller is told to skip at once. After the cooldown one caller at a time
-may try (half-open): a success closes the circuit, a failure opens it for another cooldown.
+Closed (calls go through) until ``threshold`` consecutive failures; then open: every caller skips
+for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again.
 """
 
 from __future__ import annotations

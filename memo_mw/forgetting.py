@@ -1,11 +1,8 @@
-"""What a forget request names, and which statements were said before it.
+"""What a forget request names, and which statements were said before it (pure functions, no I/O).
 
-A forget request ("forget that I like jazz", "忘掉所有") outlives its own job by minutes: a
-statement captured earlier may still wait in Redis, in the spool or in a retry, and must not
-be stored after the user asked to forget it. So the request leaves a *marker*: when it was
-made, and one-way hashes of its words (never the words: keeping the very text the user asked
-to forget would defeat the purpose). Recall, the ``remember`` job and the store all hold
-statements against the markers with the functions here; they are pure, with no I/O.
+A statement captured before a forget request may still wait (in Redis, the spool, a retry) and must
+not be stored after it. So the request leaves a *marker*: when it was made, and one-way hashes of
+its words (never the words the user asked to forget). Recall, the jobs and the store check them.
 """
 
 from __future__ import annotations
@@ -23,11 +20,9 @@ MATCH_SHARE = 0.6
 
 def forget_marker(match: str | None, ts: float, at: float | None = None, *,
                   pending_only: bool = False) -> dict[str, Any]:
-    """The marker of a forget request: ``tokens`` (hashes of its words; None: everything), ``ts``
-    (the client's time of the request) and ``at`` (when the server read it, by its own clock).
-
-    ``pending_only``: the store deleted at once (the web page, the CLI), so the marker is only for
-    what still waits; recall does not hold stored memories against it."""
+    """A forget request's marker: ``tokens`` (hashes of its words; None: everything), ``ts`` (client
+    time), ``at`` (server time). ``pending_only``: the store deleted at once (the web page, the CLI);
+    recall holds only what still waits against it."""
     marker: dict[str, Any] = {"tokens": None if match is None else sorted(hashed(tokens(match))), "ts": int(ts)}
     if at is not None:
         marker["at"] = float(at)
@@ -61,11 +56,9 @@ def stored_markers(payload: dict[str, Any], rows: Iterable[tuple[str | None, int
 
 
 def said_by(said: dict[str, Any], marker: dict[str, Any]) -> bool:
-    """Whether ``said`` (a memory, or a pending candidate) was said by the time of the request.
-
-    Two server times are compared when both are known (a client's clock orders nothing against a
-    deletion made on the web page); otherwise the two client times, which for a chat's own
-    "forget that" come from the same client."""
+    """Whether ``said`` (a memory, or a pending candidate) was said by the time of the request: by
+    the server times when both are known (a client's clock orders nothing against a deletion on the
+    web page), else by the client times (a chat's own "forget that" comes from the same client)."""
     received, at = receipt(said), marker.get("at")
     if received is not None and isinstance(at, (int, float)):
         return received <= at

@@ -1,9 +1,8 @@
 """Job functions, run by the rq worker (or by the in-process thread in embedded mode).
 
-Importable without Flask. Arguments are plain JSON values, the database path among them: the
-worker needs nothing but this module and the file. Every job is idempotent: ``remember`` records
-its job key; ``forget``, ``maintain`` and ``insights`` are safe to repeat; a repeated ``touch`` or
-``count_topics`` only nudges a ranking or a profile.
+Arguments are plain JSON values, the database path among them: the worker needs only this module
+and the file. Every job is idempotent: ``remember`` records its job key; ``forget``, ``maintain``,
+``insights`` are safe to repeat; a repeated ``touch`` or ``count_topics`` only nudges a ranking.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+
+from rq import Queue, get_current_job
 
 from . import counters, maintenance
 from . import insights as profile
@@ -24,14 +25,11 @@ log = logging.getLogger(__name__)
 
 
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
-    """Store the candidates captured from one message (dedup, supersession, expiry); one outcome
-    each (see :meth:`memo_mw.store.Store.remember`).
-
-    Under rq, what a forget request made after the message names is left out, and the payload
-    then leaves the user's pending state: recall reads it from the store. With
-    ``MEMO_COMPRESSOR_URL`` set, each rule summary is first offered to a small model for a
-    one-line polish (:mod:`memo_mw.compressor`)."""
-    state = _user_state()
+    """Store the candidates captured from one message; one outcome each (:meth:`memo_mw.store.Store.remember`).
+    Under rq, what a later forget request names is left out, and the payload then leaves the user's
+    pending state. With ``MEMO_COMPRESSOR_URL`` set, a small model may polish each summary first."""
+    current = get_current_job()
+    state = RedisState(current.connection, current.origin) if current is not None else None
     if state is not None:
         payload = without_forgotten(payload, list(state.read(payload["user_id"]).forgets))
     compressor = Compressor.from_env()
@@ -42,8 +40,7 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
         outcomes = store.remember(payload)
     if state is not None:
         state.drop_pending(payload["user_id"], [payload["job_key"]])
-    given = len(payload.get("candidates", []))
-    return outcomes if outcomes == ["duplicate_job"] else outcomes + ["discarded"] * (given - len(outcomes))
+    return outcomes
 
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
@@ -54,16 +51,12 @@ def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
 
 def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "user request",
            received: float | None = None) -> int:
-    """Delete the user's memories, all or those ``match`` names, physically.
-
-    Under rq, the user's capture jobs still waiting in Redis (queued, scheduled for a retry, or
-    failed) lose what the request names too: they hold the text being forgotten."""
+    """Delete the user's memories, all or those ``match`` names, physically. Under rq, the user's capture
+    jobs still waiting in Redis (queued, scheduled, failed) lose what the request names too."""
     with Store(db) as store:
         count = store.forget(user_id, match=match, ts=ts, reason=reason, at=received)
-    current = _current_job()
+    current = get_current_job()
     if current is not None:
-        from rq import Queue
-
         queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
         changed = forget_waiting(queue, user_id, forget_marker(match, ts, received))
         if changed:
@@ -120,15 +113,3 @@ def maintain(db: str, now: float | None = None) -> dict[str, int]:
         counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
     log.info("memo-mw maintenance: %s", maintenance.summary(counts))
     return counts
-
-
-def _current_job() -> Any:
-    from rq import get_current_job
-
-    return get_current_job()
-
-
-def _user_state() -> RedisState | None:
-    """The user state of the queue the current rq job came from (None outside rq)."""
-    current = _current_job()
-    return RedisState(current.connection, current.origin) if current is not None else None

@@ -1,28 +1,19 @@
-"""``MemoryMiddleware``: long-term memory for a WSGI chat app.
-
-Install it around the app's WSGI callable::
+"""``MemoryMiddleware``: long-term memory for a WSGI chat app::
 
     from memo_mw import MemoryMiddleware
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db="memo.db", redis_url="redis://localhost:6379/0")
 
-On each ``POST`` to a chat path with a JSON body (UTF-8, with a ``Content-Length`` no larger than
-``max_body``) it
+On each ``POST`` to a chat path with a JSON body (UTF-8, a ``Content-Length`` up to ``max_body``) it
+reads the user, the session and the last user message (:mod:`memo_mw.adapters`), injects the most
+relevant memories as a ``[MEMORY_BEGIN] ... [MEMORY_END]`` block (:mod:`memo_mw.recall`), rewriting
+``wsgi.input`` and ``CONTENT_LENGTH``, and enqueues one job for what the capture funnel kept, or for
+a forget request (:mod:`memo_mw.queue`).
 
-1. reads the user id (the ``X-User-Id`` header; or only a ``get_user`` callable, when one is
-   given; the body's ``user_id``/``user`` only with ``body_user=True``), the session and the last
-   user message (:mod:`memo_mw.adapters`);
-2. recalls the most relevant memories (:mod:`memo_mw.recall`) and injects them as a
-   ``[MEMORY_BEGIN] ... [MEMORY_END]`` block, rewriting ``wsgi.input`` and ``CONTENT_LENGTH``;
-3. runs the message through the capture funnel (:mod:`memo_mw.funnel`) and enqueues one job for
-   what it captured, or for a forget request (:mod:`memo_mw.queue`).
+``environ["memo.memories"]``: the memories recalled, on every such ``POST`` (empty when none);
+``"memo.block"``, ``"memo.capture"``, ``"memo.profile"``: the block, the funnel's stage, the insight lines.
 
-``environ["memo.memories"]`` is the list of memories recalled (empty when none), on every ``POST``
-to a chat path; ``environ["memo.block"]`` the block, ``environ["memo.capture"]`` the funnel's stage,
-``environ["memo.profile"]`` the user's insight lines in the block (:mod:`memo_mw.insights`), when any.
-
-The request path reads SQLite but never writes it, and does no network I/O but Redis. Any request
-on which something goes wrong reaches the app exactly as it came: the same body bytes and the same
-``CONTENT_LENGTH``. No exception of the middleware's own reaches the server.
+The request path reads SQLite but never writes it, and does no network I/O but Redis. A request on
+which anything goes wrong reaches the app as it came: the same body bytes and ``CONTENT_LENGTH``.
 """
 
 from __future__ import annotations
@@ -31,6 +22,7 @@ import dataclasses
 import io
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -53,7 +45,6 @@ log = logging.getLogger(__name__)
 ENVIRON_MEMORIES = "memo.memories"
 ENVIRON_BLOCK = "memo.block"
 ENVIRON_CAPTURE = "memo.capture"
-#: The user's insights in the block's [PROFILE] section (memo_mw.insights), when any.
 ENVIRON_PROFILE = "memo.profile"
 
 GetUser = Callable[[dict, Any], "str | None"]
@@ -65,10 +56,8 @@ class MemoryMiddleware:
     :param app: the WSGI application to wrap.
     :param rules: rule files or folders (``None``: the shipped ``rules/zh.yaml`` and ``rules/en.yaml``),
         or a loaded :class:`~memo_mw.rules.RuleSet`.
-    :param db: the SQLite file (created, with its folder, when missing); made absolute, as the
-        worker may run in another folder.
-    :param redis_url: Redis for the job queue; ``None`` runs jobs on one thread of this process
-        (embedded mode, for demos and single-process apps).
+    :param db: the SQLite file (created, with its folder, when missing); made absolute: the worker may run elsewhere.
+    :param redis_url: Redis for the job queue; ``None``: jobs run on one thread of this process (embedded mode).
     :param paths: request paths read on ``POST``; everything else passes through.
     :param user_header: header holding the user id.
     :param get_user: ``get_user(environ, body) -> user id or None``, for apps whose identity lives
@@ -82,8 +71,7 @@ class MemoryMiddleware:
     :param recall_budget: character budget of the injected memory lines.
     :param queue_name: the rq queue jobs go to.
     :param rules_reload_interval: seconds between looks at the rule files (``0``/``None``: never).
-    :param spool: with ``redis_url``, the file where jobs wait while Redis is down (default: the
-        database path plus ``.spool``).
+    :param spool: with ``redis_url``, where jobs wait while Redis is down (default: the database path + ``.spool``).
     :param queue: a queue to use instead of the one ``redis_url`` implies.
     :param clock: the current time in epoch seconds (for tests and replays).
     """
@@ -101,7 +89,6 @@ class MemoryMiddleware:
         # The rule files are looked at by the monotonic clock, or by the clock given (tests, replays).
         self.funnel = make_funnel(rules, reload_interval=rules_reload_interval,
                                   clock=time.monotonic if clock is time.time else clock)
-        self.rules = self.funnel.rules
         self.db = os.path.abspath(db)
         check_writable(self.db)  # a wrong path is an error at start-up, not a failing job later
         self.paths = frozenset([paths] if isinstance(paths, str) else paths)
@@ -128,7 +115,8 @@ class MemoryMiddleware:
         if environ.get("REQUEST_METHOD") == "POST" and environ.get("PATH_INFO") in self.paths:
             environ[ENVIRON_MEMORIES] = []
             try:
-                raw = self._read_body(environ)
+                length = self._body_length(environ)
+                raw = None if length is None else bytes(environ["wsgi.input"].read(length))
             except Exception:
                 log.exception("memo-mw: could not read the request body; request passed through")
                 raw = None
@@ -149,13 +137,8 @@ class MemoryMiddleware:
             environ[ENVIRON_MEMORIES] = []
             environ.pop(ENVIRON_BLOCK, None)
             environ.pop(ENVIRON_PROFILE, None)
-            new_raw = None
-        if new_raw is None:
-            environ["wsgi.input"] = io.BytesIO(raw)
-            environ["CONTENT_LENGTH"] = content_length
-        else:
-            environ["wsgi.input"] = io.BytesIO(new_raw)
-            environ["CONTENT_LENGTH"] = str(len(new_raw))
+        environ["wsgi.input"] = io.BytesIO(raw if new_raw is None else new_raw)
+        environ["CONTENT_LENGTH"] = content_length if new_raw is None else str(len(new_raw))
 
     # -- reading the request -----------------------------------------------------------
 
@@ -172,10 +155,6 @@ class MemoryMiddleware:
         except ValueError:
             return None
         return length if 0 < length <= self.max_body else None
-
-    def _read_body(self, environ: dict) -> bytes | None:
-        length = self._body_length(environ)
-        return None if length is None else bytes(environ["wsgi.input"].read(length))
 
     def _user(self, environ: dict, body: Any, turn: Turn) -> str | None:
         if self.get_user is not None:
@@ -216,7 +195,7 @@ class MemoryMiddleware:
         if result is not None and result.stage not in ("forget", "sensitive"):
             # A message in a sensitive category leaves nothing, not even a count on its topics.
             self._count_topics(user_id, turn.message, analysis[1], now)
-        state = self._user_state(user_id)
+        state = self._call_state("read", user_id, failed=EMPTY)
         if forget:
             state = self._note_forget(user_id, forget_marker(result.forget_match, ts, now), state)
         new_raw = self._inject(environ, body, turn, user_id, state, result, now, analysis)
@@ -269,17 +248,8 @@ class MemoryMiddleware:
             taken, self._counts, self._counts_since = self._counts, {}, now
         self._enqueue(COUNT_TOPICS, [self.db, taken, now], None)
 
-    def _user_state(self, user_id: str) -> UserState:
-        try:
-            return self.queue.state.read(user_id)
-        except Exception:
-            log.warning("memo-mw: could not read the user's pending state; recalling stored memories only",
-                        exc_info=True)  # (once an outage: then the queue's breaker skips Redis quietly)
-            return EMPTY
-
     def _note_forget(self, user_id: str, marker: dict, state: UserState) -> UserState:
-        """Record a forget request for recall and the jobs; what it names leaves the pending payloads
-        (in the state, and in the spool while Redis is down)."""
+        """Record a forget request for recall and the jobs; what it names leaves the pending payloads."""
         self._call_state("add_forget", user_id, marker)
         if isinstance(self.queue, RedisQueue):
             try:
@@ -288,11 +258,13 @@ class MemoryMiddleware:
                 log.exception("memo-mw: could not apply a forget request to the spool")
         return dataclasses.replace(state, forgets=(*state.forgets, marker))
 
-    def _call_state(self, method: str, *args: Any) -> None:
+    def _call_state(self, method: str, *args: Any, failed: Any = None) -> Any:
+        """The user state's ``method(*args)``, or ``failed`` when it raises: the request goes on without."""
         try:
-            getattr(self.queue.state, method)(*args)
+            return getattr(self.queue.state, method)(*args)
         except Exception:
-            log.warning("memo-mw: could not update the user's pending state (%s)", method, exc_info=True)
+            log.warning("memo-mw: could not use the user's pending state (%s)", method, exc_info=True)
+            return failed
 
     def _enqueue(self, func: str, args: list, user_id: str | None, *, job_id: str | None = None,
                  pending: dict | None = None) -> None:
@@ -340,18 +312,13 @@ def _without_lone_surrogates(turn: Turn) -> Turn:
     return dataclasses.replace(turn, **changes) if changes else turn
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
 def _finite_float(text: str) -> float:
-    """A JSON number as a float; one too large for a float (1e400) could only be written back as
-    Infinity, which is not JSON."""
+    """A JSON number or constant as a float, refused when not finite: NaN, Infinity and a number too
+    large for a float (1e400) could not be written back as valid JSON."""
     value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number out of range: {text}")
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite number: {text}")
     return value
 
 
-#: Strict JSON: no NaN or Infinity, which could not be written back as valid JSON.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
+_DECODER = json.JSONDecoder(parse_constant=_finite_float, parse_float=_finite_float)

@@ -1,22 +1,17 @@
 """Where the middleware sends work: rq on Redis, or a thread in this process (embedded mode).
 
-Both take the same call, ``enqueue(func, args, job_id=..., user_id=..., pending=...)``: a job
-function's dotted path (:mod:`memo_mw.jobs`), its JSON arguments, an id that makes a retried
-request harmless, and, for a capture, the payload the user's state holds as pending until the
-job has stored it (read-your-own-writes). Each queue has a ``state`` (:mod:`memo_mw.state`).
-
-With Redis, the pending payload and the rq job go in one MULTI/EXEC pipeline: one round trip,
-and the state never holds a pending payload without its job. When Redis cannot be reached, the
-job goes to the spool (:mod:`memo_mw.spool`), and one thread sends the spooled jobs once Redis
-answers, then ends. A capture is never silently dropped: if the spool cannot be written either,
-the job is tried on Redis once more; if both fail, the loss is logged with the user id and
-counted in ``stats["lost"]``.
+Both take ``enqueue(func, args, job_id=..., user_id=..., pending=...)``: a job function's dotted
+path (:mod:`memo_mw.jobs`), its JSON arguments, an id that makes a retried request harmless, and,
+for a capture, the payload the user's ``state`` (:mod:`memo_mw.state`) holds as pending until the
+job has stored it. With Redis, the payload and the job go in one MULTI/EXEC pipeline (never one
+without the other); while Redis is down, jobs wait in the spool (:mod:`memo_mw.spool`) and one
+thread sends them once it answers. If the spool fails too, Redis is tried once more; a job neither
+takes is logged with the user id and counted in ``stats["lost"]``.
 """
 
 from __future__ import annotations
 
 import collections
-import importlib
 import logging
 import queue
 import threading
@@ -26,6 +21,7 @@ from typing import Any
 import redis
 from rq import Queue, Retry
 from rq.serializers import JSONSerializer
+from rq.utils import import_attribute
 
 from . import defaults
 from .breaker import CircuitBreaker
@@ -48,21 +44,16 @@ RETRY_INTERVALS = (5, 60, 600)
 REDIS_ERRORS = (redis.RedisError, OSError)
 
 
-def import_function(path: str) -> Any:
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
+class Counters(collections.Counter):
+    """A queue's ``stats``: counts kept by several threads (requests, the spool's), so under a lock."""
 
-
-class Counters:
-    """``stats``: counts kept by several threads (requests, the spool's), so under a lock."""
-
-    def __init__(self) -> None:
-        self.counts: collections.Counter[str] = collections.Counter()
+    def __init__(self, *counts: Any) -> None:  # (Counter.copy passes the counts)
+        super().__init__(*counts)
         self._lock = threading.Lock()
 
     def add(self, name: str, n: int = 1) -> None:
         with self._lock:
-            self.counts[name] += n
+            self[name] += n
 
 
 class RedisQueue:
@@ -85,22 +76,16 @@ class RedisQueue:
         self.spool_interval = spool_interval
         intervals = list(retry_intervals)
         self.retry = Retry(max=len(intervals), interval=intervals) if intervals else None
-        self._counters = Counters()
+        #: ``spooled``, ``sent_from_spool``, ``lost``: jobs by where they went.
+        self.stats = Counters()
         self._drain_lock = threading.Lock()
         self._drainer: threading.Thread | None = None
         self._closing = threading.Event()
         try:
-            left = len(self.spool)  # by a process that stopped while Redis was down
+            if len(self.spool):  # left by a process that stopped while Redis was down
+                self._start_drain()
         except Exception:  # a fallback that cannot be read must not stop the chat app from starting
             log.warning("memo-mw: could not read the spool %s", self.spool.path, exc_info=True)
-            left = 0
-        if left:
-            self._start_drain()
-
-    @property
-    def stats(self) -> collections.Counter[str]:
-        """``spooled``, ``sent_from_spool``, ``lost``: jobs by where they went."""
-        return self._counters.counts
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None, user_id: str | None = None,
                 pending: dict[str, Any] | None = None) -> None:
@@ -115,11 +100,11 @@ class RedisQueue:
             log.exception("memo-mw: could not spool a %s job; trying Redis once more", func)
             if self._send([job]):
                 return
-            self._counters.add("lost")
+            self.stats.add("lost")
             log.error("memo-mw: lost a %s job of user %r: neither Redis nor the spool %s took it",
                       func, user_id, self.spool.path)
             return
-        self._counters.add("spooled")
+        self.stats.add("spooled")
         self._start_drain()
 
     def forget_spooled(self, user_id: str, marker: dict[str, Any]) -> int:
@@ -135,8 +120,7 @@ class RedisQueue:
         return self.spool.rewrite(change)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the spool thread (a clean shutdown, tests); what it holds waits in the spool file
-        for the next process on it."""
+        """Stop the spool thread (a clean shutdown, tests); its jobs wait in the spool file for the next process."""
         self._closing.set()
         drainer = self._drainer
         if drainer is not None:
@@ -181,7 +165,7 @@ class RedisQueue:
                     # Removed only once Redis took them: a process that dies in between sends
                     # them again, which their job ids make harmless.
                     self.spool.remove([i for i, _ in batch])
-                    self._counters.add("sent_from_spool", len(batch))
+                    self.stats.add("sent_from_spool", len(batch))
                     continue
             except Exception:  # e.g. the spool file went bad: the thread must not die with jobs left
                 log.exception("memo-mw: could not send the spool %s; trying again", self.spool.path)
@@ -189,9 +173,8 @@ class RedisQueue:
 
 
 class GuardedState:
-    """The users' state in Redis behind the queue's circuit breaker: while Redis is skipped, a
-    request does not wait ``REDIS_TIMEOUT`` on each state call (the middleware then recalls the
-    stored memories only). ``inner``: the :class:`~memo_mw.state.RedisState` itself."""
+    """The users' :class:`~memo_mw.state.RedisState` (``inner``) behind the queue's circuit breaker:
+    while Redis is skipped, a request does not wait ``REDIS_TIMEOUT`` on each state call."""
 
     def __init__(self, inner: RedisState, breaker: CircuitBreaker):
         self.inner = inner
@@ -232,15 +215,10 @@ class LocalQueue:
 
     def __init__(self) -> None:
         self.state = LocalState()
-        self._counters = Counters()
+        self.stats = Counters()  #: ``failed``: jobs that raised.
         self._jobs: queue.Queue[tuple[str, list[Any], str | None, dict | None]] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-
-    @property
-    def stats(self) -> collections.Counter[str]:
-        """``failed``: jobs that raised."""
-        return self._counters.counts
 
     def enqueue(self, func: str, args: list[Any], *, job_id: str | None = None, user_id: str | None = None,
                 pending: dict[str, Any] | None = None) -> None:
@@ -264,11 +242,11 @@ class LocalQueue:
         while True:
             func, args, user_id, pending = self._jobs.get()
             try:
-                import_function(func)(*args)
+                import_attribute(func)(*args)
                 if pending:
                     self.state.drop_pending(user_id, [pending["job_key"]])
             except Exception:
-                self._counters.add("failed")
+                self.stats.add("failed")
                 log.exception("memo-mw: the %s job failed", func)
             finally:
                 self._jobs.task_done()

@@ -1,17 +1,14 @@
 """Recall: the few memories worth showing the model for this message, and the block they go in.
 
-Candidates come from the store's full-text index (:meth:`memo_mw.store.Store.search`: memories
-sharing a token or a topic with the message, and those always shown), plus the user's pending
-statements (read-your-own-writes), less whatever a recent forget request names. Then one
-:func:`score` ranks them::
+Candidates come from :meth:`memo_mw.store.Store.search` and the user's pending statements, less
+what a recent forget request names; one :func:`score` ranks them::
 
     score = 0.7 * relevance + 0.1 * recency + 0.2 * hotness
     recency = exp(-0.01 * days since last use)      hotness = log(1 + hits) / log(1 + max hits)
 
-Relevance is a weighted overlap of Chinese-aware tokens (words, CJK bigrams; a lone CJK character
-counts little), plus a share for a common topic, so "what should I cook for lunch" finds "doesn't
-eat pork". ``style`` memories (how to answer) and an expired task's one request for confirmation
-are always in; the top ``k`` are taken under a character budget.
+Relevance is a weighted token overlap (a lone CJK character counts little) plus a share for a common
+topic. Style memories and an expired task's request for confirmation are always in; the top ``k``
+fit a character budget.
 """
 
 from __future__ import annotations
@@ -65,11 +62,10 @@ def relevance(query: frozenset[str], memory: frozenset[str]) -> float:
 def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], query_topics: frozenset[str] = frozenset(),
           *, now: float, config: RecallConfig = RecallConfig(), recall_all: bool = False,
           tag: Callable[[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
-    """The memories to inject, best first, each with its ``score`` and ``relevance``.
-
-    ``tag(text)``: a memory's topics when it was stored without them. ``recall_all``: the
-    message asks what is remembered, so every memory may show."""
-    memories = [m for m in memories if m.get("status") == "pending_confirm" or not _expired(m, now)]
+    """The memories to inject, best first, each with its ``score`` and ``relevance``. ``tag(text)``:
+    a memory's topics when stored without them; ``recall_all``: the message asks for every memory."""
+    memories = [m for m in memories if m.get("status") == "pending_confirm"
+                or m.get("expires_at") is None or m["expires_at"] > now]  # (an expired one: only to confirm)
     if not memories:
         return []
     # At least 1: with no hits anywhere and hotness_full 0, the scale would be log(1) = 0.
@@ -103,15 +99,9 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
     return chosen
 
 
-def _expired(memory: dict[str, Any], now: float) -> bool:
-    return memory.get("expires_at") is not None and memory["expires_at"] <= now
-
-
 class Recaller:
-    """Reads candidates through one read-only connection per thread, and scores them.
-
-    ``funnel`` gives the message's tokens and topics (``funnel.topics.analyse``) and tells a
-    question about everything remembered (``funnel.is_recall_all``)."""
+    """Reads candidates through one read-only connection per thread, and scores them; ``funnel``
+    gives a message's tokens and topics and tells a question about everything remembered."""
 
     def __init__(self, db: str, funnel: Any, config: RecallConfig = RecallConfig()):
         self.db = db
@@ -121,8 +111,7 @@ class Recaller:
 
     @contextlib.contextmanager
     def store(self) -> Iterator[Store]:
-        """This thread's read-only store; one that failed is closed, and the next read opens the
-        file again (it may have been replaced or repaired meanwhile)."""
+        """This thread's read-only store; a failed one is closed, and the next read opens the file anew."""
         store = getattr(self._local, "store", None)
         if store is None:
             store = self._local.store = Store(self.db, readonly=True)

@@ -1,10 +1,8 @@
-"""The spool: jobs that wait in a local SQLite file while Redis cannot be reached.
+"""The spool: jobs that wait in a local SQLite file while Redis cannot be reached (only then).
 
-Used only then: a job goes to Redis when Redis answers. Each spooled job is the enqueue call as
-it would have been made (function, JSON arguments, job id, the pending payload for the user's
-state), so sending it later is the same call. Jobs are sent oldest first and removed only after
-Redis took them: a process that dies in between sends them again, which their job ids make
-harmless. Several processes may share one spool file; SQLite serialises them.
+Each spooled job is the enqueue call as it would have been made, so sending it later is the same
+call; it is removed only after Redis took it (a job id makes a second send harmless). Several
+processes may share one spool file; SQLite serialises them.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ class Spool:
 
     @contextlib.contextmanager
     def _connect(self, *, create: bool = True) -> Iterator[sqlite3.Connection | None]:
-        """A connection for one call (the spool is used only while Redis is down, from any
-        thread); None when there is no file and ``create`` is false: nothing waits."""
+        """A connection for one call, from any thread; None when nothing waits (no file, ``create`` false)."""
         if not os.path.exists(self.path):
             if not create:
                 yield None

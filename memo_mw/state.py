@@ -1,17 +1,14 @@
-"""Short-lived per-user state between a request and the jobs it queued.
+"""Short-lived per-user state between a request and the jobs it queued (at most PENDING_TTL seconds):
 
-For :data:`memo_mw.defaults.PENDING_TTL` seconds at most, a user has:
+* **pending** remember payloads not stored yet: recall merges them in (read-your-own-writes); the
+  ``remember`` job drops its payload once stored;
+* **forgets**, recent forget markers (:mod:`memo_mw.forgetting`): recall hides what they name until
+  the ``forget`` job has run;
+* **shown**, expired memories recall has asked about: each is asked about once, even before the
+  ``touch`` job records it.
 
-* **pending** remember payloads, captured but not stored yet: recall merges them in, so the next
-  request reads its own writes; the ``remember`` job drops its payload once stored;
-* **forgets**, the user's recent forget markers (:mod:`memo_mw.forgetting`): recall hides what
-  they name until the ``forget`` job has run;
-* **shown**, expired memories recall has already asked about, so each is asked about once even
-  before the ``touch`` job records it.
-
-Two implementations of one interface: :class:`RedisState` (one hash per user, read in one round
-trip, shared by every web process and worker) and :class:`LocalState` (a dict in the process, for
-embedded mode, where the jobs run in the same process).
+:class:`RedisState` (one hash per user, read in one round trip, shared by every process) and
+:class:`LocalState` (a dict in the process, for embedded mode) have one interface.
 """
 
 from __future__ import annotations
@@ -61,23 +58,11 @@ class RedisState:
 
     def read(self, user_id: str) -> UserState:
         fields = self.connection.hgetall(self.key(user_id))
-        if not fields:
-            return EMPTY
-        pending, forgets, shown = [], [], set()
-        for name, value in fields.items():
-            kind, _, rest = name.decode("utf-8").partition(":")
-            if kind == "p":
-                pending.append(json.loads(value))
-            elif kind == "f":
-                forgets.append(json.loads(value))
-            elif kind == "s":
-                shown.add(int(rest))
-        return UserState(tuple(sorted(pending, key=_ts)), tuple(sorted(forgets, key=_ts)), frozenset(shown))
+        return _state({name.decode("utf-8"): json.loads(value) for name, value in fields.items()})
 
     def put_pending(self, user_id: str, payload: dict[str, Any], *, pipe: Any = None) -> None:
         """Add a pending payload; with ``pipe``, only queued on the caller's pipeline."""
-        self._write(pipe, lambda p: p.hset(self.key(user_id), "p:" + payload["job_key"], json.dumps(payload)),
-                    user_id)
+        self._write(user_id, {"p:" + payload["job_key"]: json.dumps(payload)}, pipe)
 
     def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
         fields = ["p:" + k for k in job_keys]
@@ -86,7 +71,7 @@ class RedisState:
 
     def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
         """Record a forget marker, and take what it names out of the pending payloads."""
-        self._write(None, lambda p: p.hset(self.key(user_id), f"f:{uuid.uuid4().hex}", json.dumps(marker)), user_id)
+        self._write(user_id, {f"f:{uuid.uuid4().hex}": json.dumps(marker)})
         for payload in self.read(user_id).pending:
             kept = without_forgotten(payload, [marker])
             if kept["candidates"] != payload.get("candidates"):
@@ -96,12 +81,13 @@ class RedisState:
     def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
         fields = {f"s:{int(i)}": 1 for i in ids}
         if fields:  # HSET takes at least one field: nothing shown is nothing to write
-            self._write(None, lambda p: p.hset(self.key(user_id), mapping=fields), user_id)
+            self._write(user_id, fields)
 
-    def _write(self, pipe: Any, command: Callable[[Any], Any], user_id: str) -> None:
+    def _write(self, user_id: str, fields: dict[str, Any], pipe: Any = None) -> None:
+        """Set the user's fields and renew the expiry of the hash."""
         own = pipe is None
         pipe = self.connection.pipeline(transaction=False) if own else pipe
-        command(pipe)
+        pipe.hset(self.key(user_id), mapping=fields)
         pipe.expire(self.key(user_id), defaults.PENDING_TTL)
         if own:
             pipe.execute()
@@ -117,13 +103,7 @@ class LocalState:
 
     def read(self, user_id: str) -> UserState:
         with self._lock:
-            fields = self._fields(user_id, create=False)
-            if not fields:
-                return EMPTY
-            pending = [v for k, v in fields.items() if k.startswith("p:")]
-            forgets = [v for k, v in fields.items() if k.startswith("f:")]
-            shown = {int(k[2:]) for k in fields if k.startswith("s:")}
-        return UserState(tuple(sorted(pending, key=_ts)), tuple(sorted(forgets, key=_ts)), frozenset(shown))
+            return _state(self._fields(user_id, create=False))
 
     def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
         with self._lock:
@@ -163,6 +143,16 @@ class LocalState:
         elif not fields:
             self._users.pop(user_id, None)
         return fields
+
+
+def _state(fields: dict[str, Any]) -> UserState:
+    """A user's state from its fields: ``p:<job key>``, ``f:<id>``, ``s:<memory id>``; each in time order."""
+    if not fields:
+        return EMPTY
+    pending = [v for k, v in fields.items() if k.startswith("p:")]
+    forgets = [v for k, v in fields.items() if k.startswith("f:")]
+    shown = frozenset(int(k[2:]) for k in fields if k.startswith("s:"))
+    return UserState(tuple(sorted(pending, key=_ts)), tuple(sorted(forgets, key=_ts)), shown)
 
 
 def _ts(item: dict[str, Any]) -> float:

@@ -1,11 +1,8 @@
-"""The SQLite store: one file, one schema, and the narrow interface another engine would implement:
-``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``.
+"""The SQLite store: one file, one schema, and the narrow interface another engine would implement
+(``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``).
 
-The worker owns every write; the web process only reads (recall), in WAL mode. ``search`` runs on
-FTS5 over ``terms``: the memory's tokens (:func:`memo_mw.text.tokens`) and topic tags, each hashed
-with the user id, so a query reads only that user's postings however common the word, and the
-index holds no readable words. Forgetting is physical: ``secure_delete`` overwrites deleted rows,
-the index drops their entries, and the WAL is truncated.
+The worker owns every write; the web process only reads, in WAL mode. Index terms are hashed with
+the user id; forgetting is physical (docs/design.md, "The store").
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from . import defaults
 from .exceptions import StoreError
@@ -57,8 +54,7 @@ create trigger if not exists memories_fts_update after update of terms on memori
 create table if not exists processed_jobs (job_key text primary key, processed_at integer);
 create table if not exists audit (id integer primary key, user_id text, action text, count integer,
   at integer, reason text);
-create table if not exists forget_markers (user_id text not null, tokens text, at integer not null,
-  server_at real);
+create table if not exists forget_markers (user_id text not null, tokens text, at integer not null, server_at real);
 create index if not exists forget_markers_user on forget_markers (user_id, at);
 create table if not exists edit_markers (user_id text not null, slot text not null, at real not null);
 create index if not exists edit_markers_user on edit_markers (user_id, at);
@@ -82,8 +78,7 @@ SECURE_FTS = sqlite3.sqlite_version_info >= (3, 42, 0)
 
 
 def index_terms(user_id: str, words: Iterable[str]) -> list[str]:
-    """Words as the index holds them: hashed with the user id (a query for one user meets only
-    that user's postings, and the index holds no readable word)."""
+    """Words as the index holds them: hashed with the user id (only that user's postings, no readable word)."""
     return [hashlib.blake2b(f"{user_id}\x1f{w}".encode(), digest_size=8).hexdigest() for w in words]
 
 
@@ -104,15 +99,14 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Open the file with the pragmas memo-mw relies on; create the schema unless read-only."""
     path = str(path)
     try:
+        if not readonly and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro" if readonly else path, uri=readonly,
+                               check_same_thread=False, isolation_level=None,
+                               timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000)
         if readonly:
-            conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False,
-                                   isolation_level=None, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000)
             conn.execute("PRAGMA query_only = ON")
         else:
-            if path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
-                                   timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000)
             conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a power cut loses commits, never the file
             conn.execute("PRAGMA secure_delete = ON")  # deleted text is overwritten, not left in free pages
             _create(conn, path)
@@ -155,29 +149,18 @@ def _create(conn: sqlite3.Connection, path: str) -> None:
 def check_writable(path: str | Path) -> None:
     """A start-up check: the file opens as a memo-mw database and takes a write. A wrong, corrupt
     or read-only file is found when the app starts, not by the first job that stores a memory."""
-    conn = connect(path)
-    try:
-        conn.execute("PRAGMA busy_timeout = 500")
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # a write that changes nothing
-    except sqlite3.DatabaseError as exc:
-        if "locked" not in str(exc) and "busy" not in str(exc):
-            raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
-        log.warning("memo-mw: %r is locked by another writer; starting without the write check", str(path))
-    finally:
-        conn.close()
+    with contextlib.closing(connect(path)) as conn:
+        try:
+            conn.execute("PRAGMA busy_timeout = 500")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # a write that changes nothing
+        except sqlite3.DatabaseError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
+            log.warning("memo-mw: %r is locked by another writer; starting without the write check", str(path))
 
 
-def row_to_memory(row: tuple) -> dict[str, Any]:
-    """A row in COLUMNS order as the public memory dict: JSON columns decoded, ``active`` a bool."""
-    memory = dict(zip(COLUMNS, row))
-    memory["active"] = bool(memory["active"])
-    memory["source_ids"] = json.loads(memory["source_ids"] or "[]")
-    memory["topics"] = json.loads(memory["topics"] or "[]")
-    return memory
-
-
-class Store:
-    """Memories in one SQLite file. One instance per thread."""
+class Store(contextlib.AbstractContextManager):
+    """Memories in one SQLite file. One instance per thread; ``with Store(path) as store`` closes it."""
 
     def __init__(self, path: str | Path, *, readonly: bool = False):
         self.path = str(path)
@@ -186,15 +169,17 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> Self:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def rows(self, sql: str, args: Iterable[Any] = ()) -> list[dict[str, Any]]:
-        """Memories selected by ``where`` SQL (after ``select ... from memories``)."""
-        return [row_to_memory(r) for r in self.db.execute(f"{SELECT} {sql}", list(args))]
+        """Memories selected by SQL after ``select ... from memories``: JSON decoded, ``active`` a bool."""
+        found = [dict(zip(COLUMNS, row)) for row in self.db.execute(f"{SELECT} {sql}", list(args))]
+        for memory in found:
+            memory["active"] = bool(memory["active"])
+            memory["source_ids"] = json.loads(memory["source_ids"] or "[]")
+            memory["topics"] = json.loads(memory["topics"] or "[]")
+        return found
 
     def list(self, user_id: str | None = None, *, include_inactive: bool = False) -> list[dict[str, Any]]:
         """Memories of one user (or of everyone), oldest first; active ones only unless asked."""
@@ -204,8 +189,7 @@ class Store:
 
     def get(self, user_id: str, memory_id: int) -> dict[str, Any] | None:
         """One of the user's memories; another user's id is the same as one that does not exist."""
-        found = self.rows("where user_id = ? and id = ?", [user_id, memory_id])
-        return found[0] if found else None
+        return next(iter(self.rows("where user_id = ? and id = ?", [user_id, memory_id])), None)
 
     def search(self, user_id: str, words: Iterable[str], *, limit: int = defaults.RECALL_CANDIDATES,
                everything: bool = False) -> list[dict[str, Any]]:
@@ -216,12 +200,11 @@ class Store:
             found = self.rows(f"where user_id = ? and {RECALLABLE} order by id desc limit ?", [user_id, limit])
         else:
             terms = index_terms(user_id, sorted(set(words)))
-            # The status filter sits inside the limit: superseded memories keep their terms and
-            # must not crowd the recallable ones out of the best ``limit``.
-            found = [] if not terms else [row_to_memory(r) for r in self.db.execute(
-                f"select {', '.join('m.' + c for c in COLUMNS)} from memories_fts join memories m"
-                f" on m.id = memories_fts.rowid where memories_fts match ? and m.user_id = ? and {RECALLABLE}"
-                " order by memories_fts.rank limit ?", [" OR ".join(f'"{t}"' for t in terms), user_id, limit])]
+            # Filtered inside the limit: superseded memories keep their terms and must not crowd out the rest.
+            found = [] if not terms else self.rows(
+                f"join memories_fts on memories.id = memories_fts.rowid where memories_fts match ? and user_id = ?"
+                f" and {RECALLABLE} order by memories_fts.rank limit ?",
+                [" OR ".join(f'"{t}"' for t in terms), user_id, limit])
         seen = {m["id"] for m in found}
         # (The condition of the partial index memories_always, written as it is there, so it is used.)
         always = self.rows(f"where user_id = ? and (type = 'style' or status = 'pending_confirm') and {RECALLABLE}",
@@ -246,26 +229,23 @@ class Store:
         self.db.execute("release nested" if nested else "commit")
 
     def remember(self, payload: dict[str, Any]) -> list[str]:
-        """Apply one captured message: each candidate is ``stored``, ``merged`` into the same
-        memory, ``superseded`` an older one on its slot, or ``outdated`` by a newer one there (a
-        late job); ``discarded`` when a later forget request or edit names it;
-        ``["duplicate_job"]`` when this job key was applied before."""
+        """Apply one captured message: each candidate is ``stored``, ``merged`` into the same memory,
+        ``superseded`` an older one on its slot, ``outdated`` by a newer one there (a late job), or
+        ``discarded`` (a later forget request or edit names it); ``["duplicate_job"]``: applied before."""
         job_key, user_id = payload.get("job_key"), payload["user_id"]
-        given = payload.get("candidates", [])
         with self.write():
             if job_key and self.db.execute("select 1 from processed_jobs where job_key = ?", [job_key]).fetchone():
                 return ["duplicate_job"]
-            markers = stored_markers(payload, self.db.execute(
+            candidates = without_forgotten(payload, stored_markers(payload, self.db.execute(
                 "select tokens, at, server_at from forget_markers where user_id = ? and (at >= ? or server_at >= ?)",
-                [user_id, int(payload["ts"]), received_at(payload)]))
-            candidates = without_forgotten(payload, markers)["candidates"]
+                [user_id, int(payload["ts"]), received_at(payload)])))["candidates"]
             edited = {slot for (slot,) in self.db.execute(
                 "select slot from edit_markers where user_id = ? and at >= ?", [user_id, received_at(payload)])}
             candidates = [c for c in candidates if slot_hash(c["key"]) not in edited]
             outcomes = [self._remember_one(payload, c) for c in candidates]
             if job_key:
                 self.db.execute("insert into processed_jobs values (?, ?)", [job_key, int(payload["ts"])])
-        return outcomes + ["discarded"] * (len(given) - len(candidates))
+        return outcomes + ["discarded"] * (len(payload.get("candidates", [])) - len(candidates))
 
     def _remember_one(self, payload: dict[str, Any], candidate: dict[str, Any]) -> str:
         user_id, ts = payload["user_id"], int(payload["ts"])
@@ -339,11 +319,9 @@ class Store:
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str,
                at: float | None = None, now: bool = False) -> int:
-        """Delete the user's memories (all, or those ``match`` names) and leave a marker so that
-        nothing said before the request and still waiting is stored afterwards. ``now``: carried
-        out as it is made (the web page, the CLI), so every stored memory named goes; a job, which
-        may run late, spares what was said after the request. Forgetting everything also deletes
-        the user's profile (insights and topic counts)."""
+        """Delete the user's memories (all, with the profile; or those ``match`` names) and leave a marker:
+        nothing said before the request and still waiting is stored afterwards. ``now``: done as it is
+        made (the web page, the CLI); a job, which may run late, spares what was said after the request."""
         marker = forget_marker(match, ts, at)
         with self.write():
             rows = [m for m in self.list(user_id, include_inactive=True)
@@ -386,8 +364,7 @@ class Store:
         return len(ids)
 
     def vacuum_deleted(self) -> None:
-        """Leave no deleted text in any file: the full-text index drops deleted entries (before
-        SQLite 3.42, by an 'optimize'), and the WAL is copied into the database and truncated."""
+        """Leave no deleted text in any file: FTS5 drops deleted entries, and the WAL is truncated."""
         if self.db.in_transaction:
             return
         if not SECURE_FTS:
@@ -397,8 +374,7 @@ class Store:
             if not self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
                 return
             time.sleep(0.05)
-        log.warning("memo-mw: the WAL of %s could not be truncated after a deletion; the next checkpoint will",
-                    self.path)
+        log.warning("memo-mw: the WAL of %s was not truncated after a deletion; the next checkpoint will", self.path)
 
     def audit(self, user_id: str) -> list[dict[str, Any]]:
         """The user's deletions, without their content: what, how many, when, why."""
