@@ -79,6 +79,9 @@ PENDING_TTL = 600
 #: retried soon after their heartbeat expires; processed_jobs makes a rerun a no-op.
 WORKER_MAINTENANCE_INTERVAL = 60
 
+#: A capture job stores up to this many captures (itself and those waiting behind it) at once; 1: one.
+WORKER_BATCH = 100
+
 #: Seconds a failed job (with masked memory text) stays in Redis for inspection; forget removes it.
 JOB_FAILURE_TTL = 7 * 86400
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from rq import Queue, get_current_job
 
-from . import counters, maintenance
+from . import counters, defaults, maintenance
 from . import insights as profile
 from .compressor import Compressor, polish_candidates
 from .forgetting import forget_marker, without_forgotten
@@ -26,21 +26,48 @@ log = logging.getLogger(__name__)
 
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
     """Store the candidates captured from one message; one outcome each (:meth:`memo_mw.store.Store.remember`).
+
     Under rq, what a later forget request names is left out, and the payload then leaves the user's
-    pending state. With ``MEMO_COMPRESSOR_URL`` set, a small model may polish each summary first."""
+    pending state. The job also stores the capture jobs for the same file waiting right behind it, in
+    the same transaction (rq's per-job round trips would cap a worker near a hundred a second), and
+    takes them off the queue only once that has committed: a worker that dies in between leaves them
+    queued, and their rerun changes nothing. With ``MEMO_COMPRESSOR_URL`` set, a small model may polish
+    each summary first (then one job at a time: no write lock is held across model calls)."""
     current = get_current_job()
     state = RedisState(current.connection, current.origin) if current is not None else None
-    if state is not None:
-        payload = without_forgotten(payload, list(state.read(payload["user_id"]).forgets))
     compressor = Compressor.from_env()
-    with Store(db) as store:
-        if compressor is not None and payload.get("candidates"):
-            payload = polish_candidates(payload, compressor, lambda key, polarity: [m["content"] for m in store.rows(
-                "where user_id = ? and key = ? and polarity = ? and active = 1", [payload["user_id"], key, polarity])])
-        outcomes = store.remember(payload)
+    batching = current is not None and compressor is None and defaults.WORKER_BATCH > 1
+    batch = _waiting_batch(current, db) if batching else []
+    payloads = [payload, *(job.args[1] for job in batch)]
+    results = []
+    with Store(db) as store, store.write():
+        for each in payloads:
+            if state is not None:
+                each = without_forgotten(each, list(state.read(each["user_id"]).forgets))
+            if compressor is not None and each.get("candidates"):
+                each = polish_candidates(each, compressor, lambda key, polarity: [m["content"] for m in store.rows(
+                    "where user_id = ? and key = ? and polarity = ? and active = 1", [each["user_id"], key, polarity])])
+            results.append(store.remember(each))
     if state is not None:
-        state.drop_pending(payload["user_id"], [payload["job_key"]])
-    return outcomes
+        for each in payloads:
+            state.drop_pending(each["user_id"], [each["job_key"]])
+    if batch:
+        queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
+        with current.connection.pipeline() as pipe:
+            for job in batch:
+                queue.remove(job, pipeline=pipe)
+                job.delete(pipeline=pipe)
+            pipe.execute()
+    return results[0]
+
+
+def _waiting_batch(current: Any, db: str) -> list[Any]:
+    """Capture jobs for ``db`` at the head of the current job's queue (left on it)."""
+    queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
+    ids = [i for i in queue.get_job_ids(0, defaults.WORKER_BATCH - 2) if i != current.id]  # (it left the queue)
+    jobs = queue.job_class.fetch_many(ids, connection=current.connection, serializer=current.serializer)
+    return [job for job in jobs if job is not None and job.func_name == REMEMBER and len(job.args) == 2
+            and job.args[0] == db and isinstance(job.args[1], dict)]
 
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:

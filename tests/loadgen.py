@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from rq import Queue, Worker
+from rq import Queue, SimpleWorker, Worker
 from rq.serializers import JSONSerializer
 
 from .servers import free_port
@@ -188,17 +188,25 @@ def stored_memories(db: str) -> collections.Counter:
             "select user_id, content from memories where active = 1").fetchall())
 
 
-class BurstWorker(Worker):
-    """rq's forking worker, as ``memo-mw worker`` runs it, without the command channel (pub/sub)
-    through which ``rq`` sends stop and shutdown commands to a long-running worker. A burst in a
-    test takes no commands, and rq 3.0.0 unsubscribes before it stops that channel's thread,
-    which with redis-py 8 then sometimes waits its whole 60 s poll (rq/rq#1613)."""
+class _NoCommandChannel:
+    """rq's worker without the command channel (pub/sub) through which ``rq`` sends stop and
+    shutdown commands to a long-running worker. A burst in a test takes no commands, and rq 3.0.0
+    unsubscribes before it stops that channel's thread, which with redis-py 8 then sometimes waits
+    its whole 60 s poll (rq/rq#1613)."""
 
     def subscribe(self) -> None:
         pass
 
     def unsubscribe(self) -> None:
         pass
+
+
+class BurstWorker(_NoCommandChannel, Worker):
+    """rq's forking worker for a burst in a test."""
+
+
+class BurstSimpleWorker(_NoCommandChannel, SimpleWorker):
+    """rq's worker that runs jobs in its own process, as ``memo-mw worker`` does, for a burst in a test."""
 
 
 def drain(redis_url: str, *, scheduler: bool = False, name: str = "memo") -> int:

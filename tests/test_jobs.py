@@ -4,6 +4,7 @@ Real redis-server, real rq workers (forked work horses), real SQLite files."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sqlite3
@@ -23,7 +24,7 @@ from memo_mw.reload import make_funnel
 from memo_mw.store import Store, check_writable
 
 from .conftest import all_redis_text, wait_until
-from .loadgen import BurstWorker, drain, opened_queues
+from .loadgen import BurstSimpleWorker, BurstWorker, drain, opened_queues
 
 
 @pytest.fixture
@@ -216,3 +217,25 @@ def test_maintain_and_insights_run_under_rq(db, redis_url, make_queue):
         assert task["content"] == "reminder: call the dentist tomorrow" and task["status"] == "pending_confirm"
         (line,) = [row[0] for row in store.db.execute("select * from insights where user_id = 'alice'")]
     assert line
+
+
+def test_a_capture_job_stores_the_capture_jobs_waiting_behind_it_in_one_go(db, tmp_path, redis_url, make_queue,
+                                                                           caplog):
+    """One job takes the captures for its file queued behind it; a forget request still holds."""
+    queue = make_queue(redis_url)
+    other_db = str(tmp_path / "other.db")
+    check_writable(other_db)
+    say, say_elsewhere = chat(db, queue), chat(other_db, queue)
+    for i in range(30):
+        say("I like bossa nova" if i == 3 else f"I like jazz number {i}", user=f"u{i % 3}")
+    say_elsewhere("I like tea")
+    queue.state.add_forget("u0", forget_marker("bossa nova", time.time(), time.time()))
+    worker = BurstSimpleWorker([queue.rq], connection=queue.rq.connection, serializer=queue.rq.serializer)
+    with caplog.at_level(logging.INFO, logger="rq.worker"):
+        worker.work(burst=True, logging_level="INFO")
+    ran = [r for r in caplog.records if "Job OK" in r.getMessage()]
+    assert len(ran) == 2  # a capture job with the 29 behind it; the other file's
+    stored = [c for u in ("u0", "u1", "u2") for c in contents(db, u)]
+    assert len(stored) == 29 and "likes bossa nova" not in stored
+    assert contents(other_db) == ["likes tea"]
+    assert queue.rq.count == 0 and queue.rq.failed_job_registry.count == 0
