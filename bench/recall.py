@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from memo_mw.funnel import Funnel  # noqa: E402
 from memo_mw.recall import Recaller  # noqa: E402
 from memo_mw.rules import load_rules  # noqa: E402
-from memo_mw.store import Store, index_terms, memory_words  # noqa: E402
+from memo_mw.store import Store, indexed  # noqa: E402
 
 VERBS = ["likes", "dislikes", "eats", "plays", "reads about", "lives near", "wants to visit", "collects"]
 THINGS = ["coffee", "jazz", "tennis", "sushi", "python", "hiking", "chess", "green tea", "rust", "piano",
@@ -46,11 +46,12 @@ def build(path: str, rows: int, big: int = 10_000, users: int = 100) -> None:
             else:
                 content = f"{rng.choice(VERBS)} {rng.choice(THINGS)} {rng.choice(THINGS)} no {n % 97}"
             key = content[:12]
-            terms = " ".join(index_terms(user, memory_words(content, key, [])))
+            index = indexed(user, content, key, [])
             store.db.execute(
                 "insert into memories (user_id, type, key, polarity, content, excerpt, source_ts, confidence,"
-                " created_at, hits, last_accessed, terms) values (?, 'preference', ?, 1, ?, ?, ?, 0.7, ?, ?, ?, ?)",
-                [user, key, content, content, now - n, now - n, n % 13, now - n % 1000, terms])
+                " created_at, hits, last_accessed, terms, words)"
+                " values (?, 'preference', ?, 1, ?, ?, ?, 0.7, ?, ?, ?, ?, ?)",
+                [user, key, content, content, now - n, now - n, n % 13, now - n % 1000, index["terms"], index["words"]])
     store.close()
 
 

@@ -82,11 +82,6 @@ def index_terms(user_id: str, words: Iterable[str]) -> list[str]:
     return [hashlib.blake2b(f"{user_id}\x1f{w}".encode(), digest_size=8).hexdigest() for w in words]
 
 
-def memory_words(content: str, key: str, topics: Iterable[str]) -> set[str]:
-    """What a memory is found by: the tokens of its line and slot, and its topic tags."""
-    return set(tokens(f"{content} {key}")) | {f"topic:{t}" for t in topics}
-
-
 def indexed(user_id: str, content: str, key: str, topics: Iterable[str]) -> dict[str, str]:
     """The columns that follow from a memory's text: ``terms`` for the full-text index (hashed),
     and ``words``, its tokens as recall scores them (made once here, not on every recall)."""
