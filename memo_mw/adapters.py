@@ -21,6 +21,17 @@ class Turn:
     ts: float | None
 
 
+def header_user(environ: dict, key: str) -> str | None:
+    """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None."""
+    header = environ.get(key)
+    if isinstance(header, str):
+        try:  # WSGI hands headers over as latin-1; a UTF-8 id should match the same id in a body
+            header = header.encode("latin-1").decode("utf-8")
+        except UnicodeError:
+            pass
+    return clean_id(header)
+
+
 def clean_id(value: Any) -> str | None:
     """An id as a non-empty string of reasonable length, or None."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):

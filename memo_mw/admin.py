@@ -24,7 +24,7 @@ from flask import Blueprint, Response, jsonify, request, url_for
 
 from . import defaults, userdata
 from . import insights as profile
-from .adapters import clean_id
+from .adapters import clean_id, header_user
 from .funnel import Funnel
 from .middleware import GetUser, MemoryMiddleware
 from .queue import LocalQueue, RedisQueue, make_queue
@@ -93,17 +93,6 @@ class Admin:
             except TimeoutError:
                 return gate.id  # cannot tell: refuse rather than store it
         return None
-
-
-def header_user(environ: dict, key: str) -> str | None:
-    """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None."""
-    header = environ.get(key)
-    if isinstance(header, str):
-        try:  # WSGI hands headers over as latin-1; the middleware reads them as UTF-8 too
-            header = header.encode("latin-1").decode("utf-8")
-        except UnicodeError:
-            pass
-    return clean_id(header)
 
 
 def _bearer(authorization: str) -> str | None:

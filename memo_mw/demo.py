@@ -15,8 +15,8 @@ from urllib.parse import unquote
 from flask import Flask, jsonify, render_template, request
 from werkzeug.http import parse_cookie
 
-from .adapters import clean_id
-from .admin import blueprint_for, header_user
+from .adapters import clean_id, header_user
+from .admin import blueprint_for
 from .middleware import ENVIRON_CAPTURE, ENVIRON_MEMORIES, MemoryMiddleware
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import counters, defaults
-from .adapters import Turn, clean_id, inject, read_turn
+from .adapters import Turn, clean_id, header_user, inject, read_turn
 from .forgetting import forget_marker
 from .queue import COUNT_TOPICS, FORGET, REMEMBER, TOUCH, LocalQueue, RedisQueue, make_queue
 from .recall import RecallConfig, Recaller, format_block
@@ -159,13 +159,7 @@ class MemoryMiddleware:
     def _user(self, environ: dict, body: Any, turn: Turn) -> str | None:
         if self.get_user is not None:
             return clean_id(self.get_user(environ, body))
-        header = environ.get(self.user_header_key)
-        if isinstance(header, str) and not header.isascii():
-            try:  # WSGI hands headers over as latin-1; a UTF-8 id should match the same id in a body
-                header = header.encode("latin-1").decode("utf-8")
-            except UnicodeError:
-                pass
-        return clean_id(header) or (turn.body_user if self.body_user else None)
+        return header_user(environ, self.user_header_key) or (turn.body_user if self.body_user else None)
 
     # -- one turn ----------------------------------------------------------------------
 
