@@ -27,7 +27,7 @@ from . import defaults
 from .breaker import CircuitBreaker
 from .forgetting import without_forgotten
 from .spool import Spool
-from .state import EMPTY, LocalState, RedisState, UserState
+from .state import LocalState, RedisState
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class RedisQueue:
         self.rq = Queue(name, connection=self.connection, serializer=JSONSerializer)
         #: After a failure, requests skip Redis for ``cooldown`` seconds instead of waiting on it.
         self.breaker = CircuitBreaker(cooldown=cooldown)
-        self.state = GuardedState(RedisState(self.connection, name), self.breaker)
+        self.state = RedisState(self.connection, name, self.breaker)
         self.spool = Spool(spool)
         self.spool_interval = spool_interval
         intervals = list(retry_intervals)
@@ -137,7 +137,7 @@ class RedisQueue:
                     self.rq.enqueue_call(job["func"], args=job["args"], job_id=job["job_id"], pipeline=pipe,
                                          retry=self.retry, result_ttl=0, failure_ttl=defaults.JOB_FAILURE_TTL)
                     if job["pending"]:
-                        self.state.inner.put_pending(job["user_id"], job["pending"], pipe=pipe)
+                        self.state.put_pending(job["user_id"], job["pending"], pipe=pipe)
                 pipe.execute()
         except REDIS_ERRORS as exc:
             self.breaker.failure()
@@ -170,44 +170,6 @@ class RedisQueue:
             except Exception:  # e.g. the spool file went bad: the thread must not die with jobs left
                 log.exception("memo-mw: could not send the spool %s; trying again", self.spool.path)
             self._closing.wait(self.spool_interval)
-
-
-class GuardedState:
-    """The users' :class:`~memo_mw.state.RedisState` (``inner``) behind the queue's circuit breaker:
-    while Redis is skipped, a request does not wait ``REDIS_TIMEOUT`` on each state call."""
-
-    def __init__(self, inner: RedisState, breaker: CircuitBreaker):
-        self.inner = inner
-        self.breaker = breaker
-
-    def _call(self, method: str, *args: Any, skipped: Any = None) -> Any:
-        """The call, or ``skipped`` (if given; else an error) while Redis is skipped."""
-        if not self.breaker.allow():
-            if skipped is not None:
-                return skipped
-            raise redis.ConnectionError("memo-mw: Redis is skipped for a while after a failure")
-        try:
-            result = getattr(self.inner, method)(*args)
-        except REDIS_ERRORS:
-            self.breaker.failure()
-            raise
-        self.breaker.success()
-        return result
-
-    def read(self, user_id: str) -> UserState:
-        return self._call("read", user_id, skipped=EMPTY)  # quietly: one warning per outage, not per request
-
-    def put_pending(self, user_id: str, payload: dict[str, Any]) -> None:
-        self._call("put_pending", user_id, payload)
-
-    def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
-        self._call("drop_pending", user_id, list(job_keys))
-
-    def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
-        self._call("add_forget", user_id, marker)
-
-    def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
-        self._call("add_shown", user_id, list(ids))
 
 
 class LocalQueue:

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from . import defaults
 from .forgetting import without_forgotten
 
@@ -46,19 +48,21 @@ return 1
 class RedisState:
     """The users' state in Redis: ``memo:user:<queue>:<user id>``, a hash of ``p:<job key>``
     (pending payloads), ``f:<id>`` (forget markers) and ``s:<memory id>`` (shown), expiring
-    PENDING_TTL after its last write."""
+    PENDING_TTL after its last write. With a ``breaker`` (the web process's), a call while Redis
+    is skipped after a failure does not wait on it: a read finds no state, a write raises."""
 
-    def __init__(self, connection: Any, namespace: str = defaults.QUEUE_NAME):
+    def __init__(self, connection: Any, namespace: str = defaults.QUEUE_NAME, breaker: Any = None):
         self.connection = connection
         self.namespace = namespace
+        self.breaker = breaker
         self._replace = connection.register_script(_REPLACE_PENDING)
 
     def key(self, user_id: str) -> str:
         return f"memo:user:{self.namespace}:{user_id}"
 
     def read(self, user_id: str) -> UserState:
-        fields = self.connection.hgetall(self.key(user_id))
-        return _state({name.decode("utf-8"): json.loads(value) for name, value in fields.items()})
+        return self._guarded(lambda: _state({name.decode("utf-8"): json.loads(value) for name, value
+                                             in self.connection.hgetall(self.key(user_id)).items()}), skipped=EMPTY)
 
     def put_pending(self, user_id: str, payload: dict[str, Any], *, pipe: Any = None) -> None:
         """Add a pending payload; with ``pipe``, only queued on the caller's pipeline."""
@@ -67,7 +71,7 @@ class RedisState:
     def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
         fields = ["p:" + k for k in job_keys]
         if fields:
-            self.connection.hdel(self.key(user_id), *fields)
+            self._guarded(lambda: self.connection.hdel(self.key(user_id), *fields))
 
     def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
         """Record a forget marker, and take what it names out of the pending payloads."""
@@ -75,8 +79,8 @@ class RedisState:
         for payload in self.read(user_id).pending:
             kept = without_forgotten(payload, [marker])
             if kept["candidates"] != payload.get("candidates"):
-                self._replace(keys=[self.key(user_id)],
-                              args=["p:" + payload["job_key"], json.dumps(kept) if kept["candidates"] else ""])
+                self._guarded(lambda: self._replace(keys=[self.key(user_id)], args=[
+                    "p:" + payload["job_key"], json.dumps(kept) if kept["candidates"] else ""]))
 
     def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
         fields = {f"s:{int(i)}": 1 for i in ids}
@@ -84,13 +88,27 @@ class RedisState:
             self._write(user_id, fields)
 
     def _write(self, user_id: str, fields: dict[str, Any], pipe: Any = None) -> None:
-        """Set the user's fields and renew the expiry of the hash."""
-        own = pipe is None
-        pipe = self.connection.pipeline(transaction=False) if own else pipe
-        pipe.hset(self.key(user_id), mapping=fields)
-        pipe.expire(self.key(user_id), defaults.PENDING_TTL)
-        if own:
-            pipe.execute()
+        """Set the user's fields and renew the expiry of the hash (on ``pipe``: only queued)."""
+        target = self.connection.pipeline(transaction=False) if pipe is None else pipe
+        target.hset(self.key(user_id), mapping=fields)
+        target.expire(self.key(user_id), defaults.PENDING_TTL)
+        if pipe is None:
+            self._guarded(target.execute)
+
+    def _guarded(self, call: Callable[[], Any], skipped: Any = None) -> Any:
+        if self.breaker is None:
+            return call()
+        if not self.breaker.allow():
+            if skipped is not None:
+                return skipped  # quietly: the request recalls stored memories only
+            raise redis.ConnectionError("memo-mw: Redis is skipped for a while after a failure")
+        try:
+            result = call()
+        except (redis.RedisError, OSError):
+            self.breaker.failure()
+            raise
+        self.breaker.success()
+        return result
 
 
 class LocalState:
