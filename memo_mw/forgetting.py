@@ -1,8 +1,6 @@
 """What a forget request names, and which statements were said before it (pure functions, no I/O).
-
-A statement captured before a forget request may still wait (in Redis, the spool, a retry) and must
-not be stored after it. So the request leaves a *marker*: when it was made, and one-way hashes of
-its words (never the words the user asked to forget). Recall, the jobs and the store check them.
+A statement said before the request may still wait (in Redis, the spool, a retry): the request leaves a
+*marker*, its times and one-way hashes of its words, that recall, the jobs and the store check.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""``MemoryMiddleware``: long-term memory for a WSGI chat app::
+"""``MemoryMiddleware``: long-term memory for a WSGI chat app (``app.wsgi_app = MemoryMiddleware(app.wsgi_app, ...)``).
 
-    from memo_mw import MemoryMiddleware
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db="memo.db", redis_url="redis://localhost:6379/0")
-
-On each ``POST`` to a chat path with a JSON body (UTF-8, a ``Content-Length`` up to ``max_body``) it
-reads the user, the session and the last user message (:mod:`memo_mw.adapters`), injects the most
-relevant memories as a ``[MEMORY_BEGIN] ... [MEMORY_END]`` block (:mod:`memo_mw.recall`), rewriting
-``wsgi.input`` and ``CONTENT_LENGTH``, and enqueues one job for what the capture funnel kept, or for
-a forget request (:mod:`memo_mw.queue`).
-
-``environ["memo.memories"]``: the memories recalled, on every such ``POST`` (empty when none);
-``"memo.block"``, ``"memo.capture"``, ``"memo.profile"``: the block, the funnel's stage, the insight lines.
-
-The request path reads SQLite but never writes it, and does no network I/O but Redis. A request on
-which anything goes wrong reaches the app as it came: the same body bytes and ``CONTENT_LENGTH``.
+On each ``POST`` to a chat path with a JSON body it reads the user and the message (:mod:`~memo_mw.adapters`),
+injects the most relevant memories as a block (:mod:`~memo_mw.recall`) and enqueues one job for what the
+funnel kept, or for a forget request (:mod:`~memo_mw.queue`). ``environ["memo.memories"]`` holds the memories
+recalled; ``"memo.block"``, ``"memo.capture"``, ``"memo.profile"`` the block, the funnel's stage, the insights.
+The request path never writes SQLite; a request on which anything goes wrong reaches the app as it came.
 """
 
 from __future__ import annotations
@@ -51,29 +42,19 @@ GetUser = Callable[[dict, Any], "str | None"]
 
 
 class MemoryMiddleware:
-    """Wrap a WSGI app so that it remembers its users.
+    """Wrap a WSGI app so that it remembers its users. Every option is keyword-only; the README's
+    configuration table gives each default, and :class:`memo_mw.Memo` reads them as ``MEMO_*``.
 
-    :param app: the WSGI application to wrap.
-    :param rules: rule files or folders (``None``: the shipped ``rules/zh.yaml`` and ``rules/en.yaml``),
-        or a loaded :class:`~memo_mw.rules.RuleSet`.
-    :param db: the SQLite file (created, with its folder, when missing); made absolute: the worker may run elsewhere.
-    :param redis_url: Redis for the job queue; ``None``: jobs run on one thread of this process (embedded mode).
-    :param paths: request paths read on ``POST``; everything else passes through.
-    :param user_header: header holding the user id.
-    :param get_user: ``get_user(environ, body) -> user id or None``, for apps whose identity lives
-        elsewhere; when given, it is the only identity source. None (or an error): pass through.
-    :param body_user: also take the user id from the body when the header is absent. Off by
-        default: a client must not name whose memories it reads.
-    :param max_body: bodies larger than this many bytes pass through unread.
-    :param inject_field: for plain bodies, put the block in this field instead of prepending it to
-        ``message`` (OpenAI bodies always get a system message).
-    :param recall_k: at most this many memories per request.
-    :param recall_budget: character budget of the injected memory lines.
-    :param queue_name: the rq queue jobs go to.
-    :param rules_reload_interval: seconds between looks at the rule files (``0``/``None``: never).
-    :param spool: with ``redis_url``, where jobs wait while Redis is down (default: the database path + ``.spool``).
+    :param rules: rule files or folders (``None``: the shipped ones), or a loaded ``RuleSet``.
+    :param db: the SQLite file, made absolute (the worker may run in another folder).
+    :param redis_url: Redis for the jobs; ``None``: one thread of this process runs them (embedded).
+    :param get_user: ``get_user(environ, body) -> user id or None``: then the only identity source.
+    :param body_user: also take the user id from the body (off: a client must not name whose
+        memories it reads).
+    :param inject_field: for plain bodies, the field for the block instead of ``message``.
+    :param spool: with ``redis_url``, where jobs wait while Redis is down (default ``<db>.spool``).
     :param queue: a queue to use instead of the one ``redis_url`` implies.
-    :param clock: the current time in epoch seconds (for tests and replays).
+    :param clock: the current time in epoch seconds (tests and replays).
     """
 
     def __init__(self, app: Callable, *, rules: str | Sequence[str] | RuleSet | None = None,
