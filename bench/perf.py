@@ -133,7 +133,7 @@ def bench_handoff(server: RedisServer, folder: str) -> None:
     app = chat_app()
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=f"{folder}/handoff.db", redis_url=server.url)
     client = app.test_client()
-    client.post("/chat", json={"message": "hello"}, headers={"X-User-Id": "u"})  # connect, load scripts
+    client.post("/chat", json={"message": "I like tea"}, headers={"X-User-Id": "u"})  # connect; rq asks the version once
     sent = []
     original = Connection.send_packed_command
     Connection.send_packed_command = lambda self, *a, **k: (sent.append(1), original(self, *a, **k))[1]
