@@ -21,7 +21,7 @@ ROUNDS = 40
 STEP = 0.05  # seconds between rounds
 
 # Every process opens the same new file in each round, at the same moment: the web
-# worker's outbox, or the store a job worker (or the CLI) opens.
+# process's spool, or the store a job worker (or the CLI) opens.
 OPEN = """
 import json, sys, time
 from memo_mw.spool import Spool
