@@ -24,7 +24,7 @@ _HAN = regex.compile(r"\p{Han}")
 
 def week_of(ts: float) -> str:
     """The ISO week of an epoch time (UTC), as ``YYYY-Www``: 2026-01-01 is ``2026-W01``."""
-    year, week, _ = datetime.datetime.fromtimestamp(float(ts), datetime.UTC).isocalendar()
+    year, week, _ = datetime.datetime.fromtimestamp(float(ts), datetime.timezone.utc).isocalendar()
     return f"{year}-W{week:02d}"
 
 

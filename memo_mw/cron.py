@@ -52,8 +52,8 @@ def run(queue: Queue, cron_jobs: list[CronJob]) -> None:
         for job in cron_jobs:
             if job.should_run():
                 queue.enqueue(job.func, args=job.args, kwargs=job.kwargs, **job.job_options)
-                job.set_enqueue_time(datetime.datetime.now(datetime.UTC))
-        now = datetime.datetime.now(datetime.UTC)
+                job.set_enqueue_time(datetime.datetime.now(datetime.timezone.utc))
+        now = datetime.datetime.now(datetime.timezone.utc)
         waits = [(job.next_enqueue_time - now).total_seconds() for job in cron_jobs if job.next_enqueue_time]
         time.sleep(max(0.0, min([MAX_SLEEP, *waits])))
 

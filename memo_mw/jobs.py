@@ -39,15 +39,16 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
     batching = current is not None and compressor is None and defaults.WORKER_BATCH > 1
     batch = _waiting_batch(current, db) if batching else []
     payloads = [payload, *(job.args[1] for job in batch)]
-    results = []
-    with Store(db) as store, store.write():
-        for each in payloads:
-            if state is not None:
-                each = without_forgotten(each, list(state.read(each["user_id"]).forgets))
-            if compressor is not None and each.get("candidates"):
-                each = polish_candidates(each, compressor, lambda key, polarity: [m["content"] for m in store.rows(
-                    "where user_id = ? and key = ? and polarity = ? and active = 1", [each["user_id"], key, polarity])])
-            results.append(store.remember(each))
+    if state is not None:
+        payloads = [without_forgotten(p, list(state.read(p["user_id"]).forgets)) for p in payloads]
+    with Store(db) as store:
+        if compressor is not None and payload.get("candidates"):  # (alone: no batch) before the write lock
+            def said(key: str, polarity: int) -> list[str]:
+                return [m["content"] for m in store.rows("where user_id = ? and key = ? and polarity = ? and active = 1",
+                                                         [payload["user_id"], key, polarity])]
+            payloads = [polish_candidates(payloads[0], compressor, said)]
+        with store.write():
+            results = [store.remember(each) for each in payloads]
     if state is not None:
         for each in payloads:
             state.drop_pending(each["user_id"], [each["job_key"]])
@@ -62,12 +63,17 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
 
 
 def _waiting_batch(current: Any, db: str) -> list[Any]:
-    """Capture jobs for ``db`` at the head of the current job's queue (left on it)."""
+    """The capture jobs for ``db`` at the head of the current job's queue, up to the first other job
+    (a forget request behind them must run in its turn), left on the queue."""
     queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
-    ids = [i for i in queue.get_job_ids(0, defaults.WORKER_BATCH - 2) if i != current.id]  # (it left the queue)
-    jobs = queue.job_class.fetch_many(ids, connection=current.connection, serializer=current.serializer)
-    return [job for job in jobs if job is not None and job.func_name == REMEMBER and len(job.args) == 2
-            and job.args[0] == db and isinstance(job.args[1], dict)]
+    ids = [i for i in queue.get_job_ids(0, defaults.WORKER_BATCH - 1) if i != current.id]  # (it left the queue)
+    batch = []
+    for job in queue.job_class.fetch_many(ids, connection=current.connection, serializer=current.serializer):
+        if job is None or job.func_name != REMEMBER or len(job.args) != 2 or job.args[0] != db \
+                or not isinstance(job.args[1], dict):
+            break
+        batch.append(job)
+    return batch
 
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:

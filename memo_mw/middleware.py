@@ -168,7 +168,7 @@ class MemoryMiddleware:
         forget = result is not None and result.stage == "forget"
         analysis = self.funnel.topics.analyse(turn.message)  # (tokens, topics): for the counts and recall
         if result is not None and result.stage not in ("forget", "sensitive"):
-            # A message in a sensitive category leaves nothing, not even a count on its topics.
+            # A message the sensitive gates stopped leaves nothing, not even a count on its topics.
             self._count_topics(user_id, turn.message, analysis[1], now)
         state = self._call_state("read", user_id, failed=EMPTY)
         if forget:
@@ -177,8 +177,10 @@ class MemoryMiddleware:
         if forget:
             self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request", now], user_id,
                           job_id="memo-forget-" + stable_id(user_id, result.forget_match or "", int(ts)))
-        elif result is not None and result.candidates:
-            payload = remember_payload(result, user_id=user_id, turn=turn, ts=ts, received=now)
+        if result is not None and result.candidates:
+            # Said with a forget request ("forget that I play tennis, I like golf now"): after it.
+            received = now + 0.001 if forget else now
+            payload = remember_payload(result, user_id=user_id, turn=turn, ts=ts, received=received)
             self._enqueue(REMEMBER, [self.db, payload], user_id, job_id=payload["job_key"], pending=payload)
         return new_raw
 
@@ -226,6 +228,9 @@ class MemoryMiddleware:
     def _note_forget(self, user_id: str, marker: dict, state: UserState) -> UserState:
         """Record a forget request for recall and the jobs; what it names leaves the pending payloads."""
         self._call_state("add_forget", user_id, marker)
+        if marker["tokens"] is None:  # forget me: the topic counts not sent yet go too
+            with self._counts_lock:
+                self._counts.pop(user_id, None)
         if isinstance(self.queue, RedisQueue):
             try:
                 self.queue.forget_spooled(user_id, marker)

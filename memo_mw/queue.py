@@ -1,12 +1,7 @@
-"""Where the middleware sends work: rq on Redis, or a thread in this process (embedded mode).
-
-Both take ``enqueue(func, args, job_id=..., user_id=..., pending=...)``: a job function's dotted
-path (:mod:`memo_mw.jobs`), its JSON arguments, an id that makes a retried request harmless, and,
-for a capture, the payload the user's ``state`` (:mod:`memo_mw.state`) holds as pending until the
-job has stored it. With Redis, the payload and the job go in one MULTI/EXEC pipeline (never one
-without the other); while Redis is down, jobs wait in the spool (:mod:`memo_mw.spool`) and one
-thread sends them once it answers. If the spool fails too, Redis is tried once more; a job neither
-takes is logged with the user id and counted in ``stats["lost"]``.
+"""Where the middleware sends work: rq on Redis, or a thread in this process (embedded mode). Both take
+``enqueue(func, args, job_id=, user_id=, pending=)``; with Redis the job and the pending payload go in one
+MULTI/EXEC, jobs wait in the spool (:mod:`memo_mw.spool`) while Redis is down and one thread sends them
+once it answers; a job neither takes is logged with the user id and counted in ``stats["lost"]``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Recall: the few memories worth showing the model for this message, and the block they go in.
-
-Candidates come from :meth:`memo_mw.store.Store.search` and the user's pending statements, less
-what a recent forget request names; one :func:`score` ranks them::
-
-    score = 0.7 * relevance + 0.1 * recency + 0.2 * hotness
-    recency = exp(-0.01 * days since last use)      hotness = log(1 + hits) / log(1 + max hits)
-
-Relevance is a weighted token overlap (a lone CJK character counts little) plus a share for a common
-topic. Style memories and an expired task's request for confirmation are always in; the top ``k``
-fit a character budget.
+Candidates come from :meth:`memo_mw.store.Store.search` and the pending statements, less what a recent
+forget request names; one :func:`score` ranks them: ``0.7 relevance + 0.1 recency + 0.2 hotness`` with
+``recency = exp(-0.01 days since last use)`` and ``hotness = log(1 + hits) / log(1 + max hits)``.
+Relevance is a weighted token overlap plus a share for a common topic; style memories and an expired
+task's request for confirmation are always in; the top ``k`` fit a character budget.
 """
 
 from __future__ import annotations

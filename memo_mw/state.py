@@ -1,14 +1,8 @@
 """Short-lived per-user state between a request and the jobs it queued (at most PENDING_TTL seconds):
-
-* **pending** remember payloads not stored yet: recall merges them in (read-your-own-writes); the
-  ``remember`` job drops its payload once stored;
-* **forgets**, recent forget markers (:mod:`memo_mw.forgetting`): recall hides what they name until
-  the ``forget`` job has run;
-* **shown**, expired memories recall has asked about: each is asked about once, even before the
-  ``touch`` job records it.
-
-:class:`RedisState` (one hash per user, read in one round trip, shared by every process) and
-:class:`LocalState` (a dict in the process, for embedded mode) have one interface.
+**pending** payloads not stored yet (recall merges them in: read-your-own-writes), recent **forget**
+markers (recall hides what they name until the forget job has run), and the expired memories recall
+has **shown** once. :class:`RedisState` (one hash per user, one round trip) and :class:`LocalState`
+(a dict, embedded mode) share one interface.
 """
 
 from __future__ import annotations

@@ -362,9 +362,12 @@ class Store(contextlib.AbstractContextManager):
         """Leave no deleted text in any file: FTS5 drops deleted entries, and the WAL is truncated."""
         if self.db.in_transaction:
             return
-        if not SECURE_FTS:
+        secure = self.db.execute("select v from memories_fts_config where k = 'secure-delete'").fetchone()
+        if not (secure and secure[0]):  # SQLite before 3.42, or a file made by one: merge the deleted entries out
             with self.write():
                 self.db.execute("insert into memories_fts (memories_fts) values ('optimize')")
+                if SECURE_FTS:  # and from now on, FTS5 drops them as they are deleted
+                    self.db.execute("insert into memories_fts (memories_fts, rank) values ('secure-delete', 1)")
         for _ in range(20):  # a reader mid-transaction can hold the checkpoint back for a moment
             if not self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
                 return

@@ -234,3 +234,30 @@ def test_forget_in_embedded_mode(db):
     middleware.queue.join()
     assert memories_of(db, "alice") == [] and memories_of(db, "bob") == ["likes zanzibarian oolong"]
     assert b"tennis" not in database_bytes(db)
+
+
+@pytest.mark.parametrize("message", [
+    pytest.param("Forget that I play tennis. I like golf now.", id="en"),
+    pytest.param("忘掉我喜欢打网球。我现在喜欢打高尔夫。", id="zh"),
+])
+def test_a_statement_said_with_a_forget_request_is_kept(redis_url, db, message):
+    client, _ = chat_client(db, redis_url)
+    say(client, "I play tennis" if message.isascii() else "我喜欢打网球", message_id="m1")
+    drain(redis_url)
+    say(client, message, message_id="m2")
+    drain(redis_url)
+    stored = memories_of(db, "alice")
+    assert len(stored) == 1 and ("golf" in stored[0] or "高尔夫" in stored[0]), stored
+
+
+def test_forget_me_drops_the_topic_counts_not_sent_yet(db, monkeypatch):
+    monkeypatch.setattr(defaults, "COUNTS_SEND_INTERVAL", 3600)
+    client, middleware = chat_client(db)
+    say(client, "any coffee tips?")  # counted (drink), kept in the process until the interval is over
+    say(client, "forget everything you know about me")
+    monkeypatch.setattr(defaults, "COUNTS_SEND_INTERVAL", 0)
+    say(client, "hello there", user="bob")  # sends whatever is noted
+    middleware.queue.join()
+    with Store(db) as store:
+        users = {row[0] for row in store.db.execute("select user_id from topic_counts")}
+    assert users == {"bob"}

@@ -239,3 +239,20 @@ def test_a_capture_job_stores_the_capture_jobs_waiting_behind_it_in_one_go(db, t
     assert len(stored) == 29 and "likes bossa nova" not in stored
     assert contents(other_db) == ["likes tea"]
     assert queue.rq.count == 0 and queue.rq.failed_job_registry.count == 0
+
+
+def test_a_batch_stops_at_a_forget_request_queued_behind_it(db, redis_url, make_queue):
+    """like jazz, forget jazz, like jazz again: the forget runs in its turn (the first statement was
+    never stored: the request's marker reached its job first), and the last statement stays."""
+    queue = make_queue(redis_url)
+    say = chat(db, queue)
+    say("I like tea", message_id="m0")
+    say("I like jazz", message_id="m1")
+    say("forget that I like jazz", message_id="m2")
+    say("I like jazz", message_id="m3")
+    drain(redis_url)
+    with Store(db) as store:
+        (jazz,) = [m for m in store.list("alice") if "jazz" in m["content"]]
+        audit = store.audit("alice")
+    assert jazz["source_ids"] == ["m3"] and jazz["hits"] == 0
+    assert [(a["action"], a["count"]) for a in audit] == [("forget_match", 0)]
