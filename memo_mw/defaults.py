@@ -7,7 +7,7 @@ DEFAULT_RULE_FILES = ("zh.yaml", "en.yaml")
 #: Paths the middleware reads; everything else passes through untouched.
 PATHS = ("/chat", "/v1/chat/completions")
 
-#: Where the user id comes from first; the body's ``user_id``/``user`` field is the fallback.
+#: Where the user id comes from (the body's ``user_id``/``user`` too, but only with ``body_user=True``).
 USER_HEADER = "X-User-Id"
 
 #: Larger bodies pass through unread: memory is for chat turns, not uploads.

@@ -67,7 +67,9 @@ def wrong_examples(path: str, rules: list[Any]) -> list[str]:
         where = f"{path}:{line}" if line else path
         for sentence, wanted in [(x, True) for x in should] + [(x, False) for x in should_not]:
             try:
-                found = rule.pattern.search(sentence, timeout=1.0) is not None
+                requires = getattr(rule, "requires", ())  # (a trigger's words, as the funnel checks them)
+                found = rule.pattern.search(sentence, timeout=1.0) is not None and (
+                    not requires or any(word in sentence.casefold() for word in requires))
             except TimeoutError:
                 problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "
                                 "(catastrophic backtracking?)")

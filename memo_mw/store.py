@@ -1,7 +1,7 @@
 """The SQLite store: one file, one schema, and the narrow interface another engine would implement
 (``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``).
 
-The worker owns every write; the web process only reads, in WAL mode. Index terms are hashed with
+Jobs, the memories page and the CLI write; the chat request only reads (WAL mode). Index terms are hashed with
 the user id; forgetting is physical (docs/design.md, "The store").
 """
 

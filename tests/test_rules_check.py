@@ -146,3 +146,13 @@ def test_cli_rules_check_reports_failing_examples(tmp_path):
     assert result.exit_code == 1
     assert f"{path}:3: en.like: example does not match: 'I adore tea'" in result.output
     assert "1 problem in the rules" in result.output
+
+
+def test_an_example_the_rules_requires_words_keep_out_is_reported(tmp_path):
+    """The funnel tries a trigger only on a sentence holding one of its ``requires`` words: so does the check."""
+    path = tmp_path / "req.yaml"
+    path.write_text("triggers:\n  - {id: x.req, pattern: 'answer (?P<what>in \\w+)', type: style,"
+                    " summary: 'wants answers {what}', requires: [english, chinese],"
+                    " examples: {match: ['answer in English', 'answer in French']}}\n", encoding="utf-8")
+    (problem,) = check_rules([str(path)])
+    assert "x.req: example does not match: 'answer in French'" in problem
