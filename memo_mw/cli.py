@@ -207,7 +207,7 @@ def _replay_turn(funnel: Funnel, store: Store, user: str, turn: Turn, counts: co
     if not store.db.execute("select 1 from processed_jobs where job_key = ?", [key]).fetchone():
         names = counters.count_keys(funnel.topics.tag(turn.message), turn.message)
         counters.add(store, user, {(counters.week_of(turn.ts), name): 1 for name in names})
-        store.db.execute("insert into processed_jobs (job_key, processed_at) values (?, ?)", [key, int(turn.ts)])
+        store.db.execute("insert into processed_jobs values (?, ?, ?)", [key, user, int(turn.ts)])
     if result.candidates:
         counts.update(store.remember(remember_payload(result, user_id=user, turn=turn, ts=turn.ts,
                                                       received=turn.ts)))

@@ -51,7 +51,8 @@ create trigger if not exists memories_fts_delete after delete on memories begin
 create trigger if not exists memories_fts_update after update of terms on memories begin
   insert into memories_fts (memories_fts, rowid, terms) values ('delete', old.id, old.terms);
   insert into memories_fts (rowid, terms) values (new.id, new.terms); end;
-create table if not exists processed_jobs (job_key text primary key, processed_at integer);
+create table if not exists processed_jobs (job_key text primary key, user_id text, processed_at integer);
+create index if not exists processed_jobs_user on processed_jobs (user_id);
 create table if not exists audit (id integer primary key, user_id text, action text, count integer,
   at integer, reason text);
 create table if not exists forget_markers (user_id text not null, tokens text, at integer not null, server_at real);
@@ -239,7 +240,7 @@ class Store(contextlib.AbstractContextManager):
             candidates = [c for c in candidates if slot_hash(c["key"]) not in edited]
             outcomes = [self._remember_one(payload, c) for c in candidates]
             if job_key:
-                self.db.execute("insert into processed_jobs values (?, ?)", [job_key, int(payload["ts"])])
+                self.db.execute("insert into processed_jobs values (?, ?, ?)", [job_key, user_id, int(payload["ts"])])
         return outcomes + ["discarded"] * (len(payload.get("candidates", [])) - len(candidates))
 
     def _remember_one(self, payload: dict[str, Any], candidate: dict[str, Any]) -> str:
@@ -324,8 +325,8 @@ class Store(contextlib.AbstractContextManager):
                     and (match is None or forgotten(m, [{**marker, "at": None, "ts": float("inf")}]))]
             if marker["tokens"] is None or marker["tokens"]:
                 self._mark_forgotten(user_id, marker)
-            if match is None:
-                for table in ("insights", "topic_counts"):
+            if match is None:  # forget me: the profile and the job keys go too (the same words again are new)
+                for table in ("insights", "topic_counts", "processed_jobs"):
                     self.db.execute(f"delete from {table} where user_id = ?", [user_id])
             count = self._delete(user_id, [m["id"] for m in rows], ts=ts,
                                  action="forget_all" if match is None else "forget_match", reason=reason)

@@ -261,3 +261,19 @@ def test_forget_me_drops_the_topic_counts_not_sent_yet(db, monkeypatch):
     with Store(db) as store:
         users = {row[0] for row in store.db.execute("select user_id from topic_counts")}
     assert users == {"bob"}
+
+
+def test_forget_me_takes_the_job_keys_so_the_same_words_again_are_stored(db):
+    """Without a client time or message id, a job's key is its user, words and minute: after "forget me",
+    the same words again are a new statement, not a replay of the forgotten one."""
+    client, middleware = chat_client(db)
+    say(client, "I like jazz")
+    say(client, "I like tea", user="bob")
+    middleware.queue.join()
+    say(client, "forget everything about me")
+    middleware.queue.join()
+    with Store(db) as store:
+        assert [u for (u,) in store.db.execute("select user_id from processed_jobs")] == ["bob"]
+    say(client, "I like jazz")
+    middleware.queue.join()
+    assert memories_of(db, "alice") == ["likes jazz"]
