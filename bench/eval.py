@@ -17,12 +17,19 @@
    (``relevant-id``) among the top k; recall@k: the share of the gold ids in the top k.
    Baselines: BM25 over the same memory texts (Chinese: character unigrams and bigrams; English:
    lowercased words), and memo-mw's own scorer with relevance only (no recency, no hotness).
+3. persona chat: Synthetic-Persona-Chat (validation split, CC BY 4.0). (a) Every persona line alone
+   through the funnel: the share captured, and the share whose fact a memory keeps. (b) Each speaker
+   of each conversation as a user, their turns as messages: the share of their persona lines some
+   memory holds, beside "store every message" (each turn a memory), the share of turns that
+   produced a memory, and the share of memories that hold no persona line. "Holds" is ``holds``:
+   at least half of the line's content tokens (``fact_tokens``) are in the memory's key or content.
 """
 
 from __future__ import annotations
 
 import argparse
 import calendar
+import csv
 import json
 import math
 import random
@@ -44,6 +51,16 @@ LABELS = REPO / "tests" / "data" / "capture_labels.jsonl"
 SEED = 20240517
 SAMPLE = (("memorybank-zh", "zh", 150), ("memorybank-en", "en", 150), ("dulemon", "zh", 150))
 KS = (1, 3, 5)
+PERSONA_CHAT = DATASETS / "synthetic_persona_chat" / "valid.csv"
+SPEAKERS = ("1", "2")
+# Words that frame a persona fact rather than state it ("my favorite food is...", "in my spare time
+# I...", "I own a..."): memo_mw.text.STOPWORDS already drops the pronouns, "am"/"have" and the verbs
+# of liking ("like", "love", "enjoy"); these are the rest of that kind, so a memory "likes pizza"
+# keeps "Pizza is my favorite food" by "pizza" and "food" alone.
+FRAME_WORDS = frozenset({"favorite", "favourite", "fan", "passion", "fond", "adore", "own", "currently", "recently",
+                         "now", "lot", "spend", "spare", "free", "time"})
+HOLD_SHARE = 0.5  # a memory holds a fact when it has at least this share of the fact's content tokens
+STRAY_SAMPLE = 20  # memories that hold no persona line, printed for a hand check
 
 # -- sampling and labels ----------------------------------------------------------------------
 
@@ -277,6 +294,112 @@ def recall_eval(lang: str, mode: str, folder: Path, funnel, now_day: str | None 
     return out
 
 
+# -- Synthetic-Persona-Chat -------------------------------------------------------------------
+
+# "User 1: text", also "* User 1: text *" and "*User 2:* text"; other lines are stage directions
+# ("* * *", "[A few minutes later]"), a recipe's lines or lines with no speaker, and are skipped.
+_SPEAKER_LINE = regex.compile(r"^[\s*]*User\s*([12])\s*:[\s*]*(.*?)[\s*]*$")
+
+
+def read_persona_chat(stream) -> list[dict]:
+    """The CSV's conversations as ``{"personas": {"1": [line, ...], "2": [...]}, "turns": {"1": [...], "2": [...]}}``."""
+    out = []
+    for row in csv.DictReader(stream):
+        personas = {s: [line.strip() for line in row[f"user {s} personas"].splitlines() if line.strip()]
+                    for s in SPEAKERS}
+        turns: dict[str, list[str]] = {s: [] for s in SPEAKERS}
+        for line in row["Best Generated Conversation"].splitlines():
+            match = _SPEAKER_LINE.match(line)
+            if match and match.group(2):
+                turns[match.group(1)].append(match.group(2))
+        out.append({"personas": personas, "turns": turns})
+    return out
+
+
+def _trim(token: str) -> str:
+    """Evens out the light stemmer's endings: "moving" gives "mov" but "move" stays "move", "knitting"
+    gives "knitt", "married" "marri"; so a final e and a doubled final consonant go, and a final y is i."""
+    if len(token) > 3 and token.endswith("e"):
+        token = token[:-1]
+    if len(token) > 3 and token[-1] == token[-2] and token[-1] not in "aeiou":
+        token = token[:-1]
+    return token[:-1] + "i" if len(token) > 3 and token.endswith("y") else token
+
+
+def fact_tokens(text: str) -> frozenset[str]:
+    """The content tokens of a text: memo_mw.text.tokens without FRAME_WORDS, endings trimmed."""
+    from memo_mw.text import tokens
+    return frozenset(_trim(t) for t in tokens(text) if t not in FRAME_WORDS)
+
+
+def memory_tokens(key: str, content: str) -> frozenset[str]:
+    return fact_tokens(key) | fact_tokens(content)
+
+
+def holds(fact: frozenset[str], memory: frozenset[str]) -> bool:
+    """A memory holds a fact when it has at least HOLD_SHARE of the fact's content tokens (a fact
+    with no content token is never held)."""
+    return bool(fact) and len(fact & memory) >= HOLD_SHARE * len(fact)
+
+
+def persona_lines_eval(conversations: list[dict], funnel) -> dict:
+    """(a) Every persona line alone through the funnel: captured, and captured with the fact kept."""
+    lines = [line for c in conversations for s in SPEAKERS for line in c["personas"][s]]
+    captured = kept = 0
+    missed: Counter = Counter()
+    for line in lines:
+        result = funnel.process(line)
+        if not result.candidates:
+            missed[result.stage] += 1
+            continue
+        captured += 1
+        fact = fact_tokens(line)
+        kept += any(holds(fact, memory_tokens(c.key, c.content)) for c in result.candidates)
+    n = len(lines)
+    return {"lines": n, "captured": captured, "kept": kept, "captured_share": captured / n if n else 0.0,
+            "kept_share": kept / n if n else 0.0, "no_content_tokens": sum(1 for line in lines if not fact_tokens(line)),
+            "missed_by_stage": dict(missed.most_common())}
+
+
+def passing_eval(conversations: list[dict], funnel, seed: int = SEED, sample: int = STRAY_SAMPLE) -> dict:
+    """(b) Each speaker of each conversation as a user; each of their turns a message."""
+    from memo_mw.text import normalize
+    persona_lines = held = held_baseline = turns = turns_with_memory = memories = 0
+    stray = []
+    for n, conversation in enumerate(conversations):
+        for speaker in SPEAKERS:
+            facts = [fact_tokens(line) for line in conversation["personas"][speaker]]
+            mine: dict[tuple, dict] = {}  # one per (key, polarity, content): the store merges a repeat
+            for turn in conversation["turns"][speaker]:
+                result = funnel.process(turn)
+                turns_with_memory += bool(result.candidates)
+                for c in result.candidates:
+                    mine.setdefault((c.key, c.polarity, normalize(c.content)),
+                                    {"tokens": memory_tokens(c.key, c.content), "memory": c.content, "said": c.excerpt})
+            every = [fact_tokens(turn) for turn in conversation["turns"][speaker]]
+            persona_lines += len(facts)
+            turns += len(every)
+            held += sum(any(holds(f, m["tokens"]) for m in mine.values()) for f in facts)
+            held_baseline += sum(any(holds(f, t) for t in every) for f in facts)
+            memories += len(mine)
+            stray.extend({"conversation": n, "user": speaker, "memory": m["memory"], "said": m["said"]}
+                         for m in mine.values() if not any(holds(f, m["tokens"]) for f in facts))
+    share = held / persona_lines if persona_lines else 0.0
+    baseline = held_baseline / persona_lines if persona_lines else 0.0
+    picked = sorted(random.Random(seed).sample(range(len(stray)), min(sample, len(stray))))
+    return {"users": len(conversations) * len(SPEAKERS), "persona_lines": persona_lines, "turns": turns,
+            "memories": memories, "held": held, "held_baseline": held_baseline, "held_share": share,
+            "baseline_share": baseline, "ratio": share / baseline if baseline else 0.0,
+            "turns_with_memory": turns_with_memory, "turns_with_memory_share": turns_with_memory / turns if turns else 0.0,
+            "stray": len(stray), "stray_share": len(stray) / memories if memories else 0.0,
+            "stray_sample": [stray[i] for i in picked]}
+
+
+def persona_chat_eval(conversations: list[dict], funnel) -> dict:
+    return {"conversations": len(conversations), "persona lines as messages": persona_lines_eval(conversations, funnel),
+            "facts said in passing": passing_eval(conversations, funnel)}
+
+
 # -- report ---------------------------------------------------------------------------------
 
 
@@ -305,8 +428,29 @@ def print_report(report: dict) -> None:
         print(f"       (now {row['now']}, {row['dialogues']} dialogues, {row['memories']} memories, {row['users']} users, "
               f"{row['rows']} rows stored for {row['memories_of_queried_users']} memories: same text, one row)")
     print()
+    print_persona_chat(report["persona_chat"])
+    print()
     print(f"seconds {report['seconds']:.2f}")
     print(f"command {report['command']}")
+
+
+def print_persona_chat(row: dict) -> None:
+    lines, passing = row["persona lines as messages"], row["facts said in passing"]
+    print(f"capture on Synthetic-Persona-Chat valid ({row['conversations']} conversations; a memory holds a persona "
+          f"line when it has at least {HOLD_SHARE:g} of the line's content tokens)")
+    print(f"  (a) persona lines as messages: {lines['lines']} lines, captured {lines['captured_share']:.3f}, "
+          f"captured with the fact kept {lines['kept_share']:.3f}   (issue 31 target: at least 0.90)")
+    stages = ", ".join(f"{k} {v}" for k, v in lines["missed_by_stage"].items())
+    print(f"      not captured, stopped at: {stages}; lines with no content token: {lines['no_content_tokens']}")
+    print(f"  (b) facts said in passing: {passing['users']} users, {passing['turns']} turns, "
+          f"{passing['persona_lines']} persona lines, {passing['memories']} memories")
+    print(f"      persona lines held: memo-mw {passing['held_share']:.3f}, store every message {passing['baseline_share']:.3f}, "
+          f"ratio {passing['ratio']:.3f}   (target: at least 0.8)")
+    print(f"      turns that produced a memory {passing['turns_with_memory_share']:.3f}   (target: at most 0.25)")
+    print(f"      memories that hold no persona line {passing['stray_share']:.3f} ({passing['stray']}); "
+          f"{len(passing['stray_sample'])} of them at random (seed {SEED}), for a hand check:")
+    for m in passing["stray_sample"]:
+        print(f"        {m['conversation']:>4} user {m['user']}  {m['memory']!r}  <- {m['said']!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="memo-eval-") as tmp:
         for lang in ("zh", "en"):
             report["recall"][lang] = recall_eval(lang, args.query, Path(tmp), funnel, args.now)
+    with PERSONA_CHAT.open(newline="", encoding="utf-8") as stream:
+        report["persona_chat"] = persona_chat_eval(read_persona_chat(stream), funnel)
     report["seconds"] = time.perf_counter() - started
     command = [".venv/bin/python", "bench/eval.py", *(argv if argv is not None else sys.argv[1:])]
     report["command"] = " ".join(shlex.quote(c) for c in command)

@@ -1,7 +1,9 @@
-"""bench/eval.py: the hand-labelled capture sample is well-formed, and the metrics compute what they say."""
+"""bench/eval.py: the hand-labelled capture sample is well-formed, the metrics and the persona-fact matcher compute what they say."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections import Counter
 
@@ -98,3 +100,78 @@ def test_madial_query_is_the_user_turn_before_the_test_turn(tmp_path):
     assert last["query"] == "我想再去放风筝！" and last["gold"] == ["8", "3"] and last["user"] == 1
     [history] = ev.madial_queries("zh", "history", root=tmp_path)
     assert history["query"] == "我今天好开心 我想再去放风筝！"
+
+
+# Two conversations in the Synthetic-Persona-Chat layout. The funnel is the real one with the
+# shipped rules; every outcome below is either a plain first-person statement the English rules
+# capture ("I love to...", "I am a...", "I like...") or one they must never store (a question, a
+# religion: the sensitive gate), so a better funnel does not change the expected numbers.
+PERSONA_ROWS = [
+    ("I love to bake cookies.\nI am a buddhist.", "I am a nurse.\nI like jazz.",
+     ("User 1: Hi! I love to bake cookies.\nUser 2: Hello! What kind of cookies?\n"
+     "User 1: I am a buddhist, so I meditate daily.\n* * *\n* User 2: I am a nurse at the city hospital. *\n"
+     "User 2: I like jazz music.\nUser 1: I like tea.")),
+    ("I used to be a painter but now i am a housekeeper.", "I like hiking.\nI am a christian.",
+     ("User 1: I am a housekeeper.\nUser 2: I like hiking.\nUser 1: What about you?\nUser 2: I like hiking.\n"
+     "[A few minutes later]")),
+]
+
+
+@pytest.fixture(scope="module")
+def persona_chat():
+    stream = io.StringIO(newline="")
+    writer = csv.writer(stream)
+    writer.writerow(["user 1 personas", "user 2 personas", "Best Generated Conversation"])
+    writer.writerows(PERSONA_ROWS)
+    stream.seek(0)
+    return ev.read_persona_chat(stream)
+
+
+@pytest.fixture(scope="module")
+def funnel():
+    from memo_mw.funnel import Funnel
+    from memo_mw.rules import load_rules
+    return Funnel(load_rules())
+
+
+def test_persona_chat_reader_splits_personas_and_speakers(persona_chat):
+    first, second = persona_chat
+    assert first["personas"] == {"1": ["I love to bake cookies.", "I am a buddhist."], "2": ["I am a nurse.", "I like jazz."]}
+    assert first["turns"]["2"] == ["Hello! What kind of cookies?", "I am a nurse at the city hospital.", "I like jazz music."]
+    assert first["turns"]["1"][-1] == "I like tea."
+    assert second["turns"] == {"1": ["I am a housekeeper.", "What about you?"], "2": ["I like hiking.", "I like hiking."]}
+
+
+def test_fact_matcher_needs_half_of_the_content_words():
+    assert ev.fact_tokens("My favorite food is pizza.") == {"food", "pizza"}
+    assert ev.fact_tokens("Knitting is my passion.") == ev.fact_tokens("I knit.") == {"knit"}
+    assert ev.holds(ev.fact_tokens("My favorite food is pizza."), ev.memory_tokens("pizza", "likes pizza"))
+    painter = ev.fact_tokens("I used to be a painter but now i am a housekeeper.")
+    assert not ev.holds(painter, ev.memory_tokens("housekeeper", "is a housekeeper"))
+    assert ev.holds(painter, ev.fact_tokens("I was a painter, now I am a housekeeper"))
+    assert not ev.holds(frozenset(), frozenset({"pizza"}))
+
+
+def test_persona_lines_as_messages(persona_chat, funnel):
+    got = ev.persona_lines_eval(persona_chat, funnel)
+    # Captured: cookies, nurse, jazz, hiking, housekeeper; the housekeeper memory drops the painter,
+    # so 4 keep the fact; the two religions stop at the sensitive gate.
+    assert (got["lines"], got["captured"], got["kept"]) == (7, 5, 4)
+    assert got["captured_share"] == pytest.approx(5 / 7) and got["kept_share"] == pytest.approx(4 / 7)
+    assert got["missed_by_stage"] == {"sensitive": 2}
+
+
+def test_facts_said_in_passing(persona_chat, funnel):
+    got = ev.passing_eval(persona_chat, funnel)
+    assert (got["users"], got["persona_lines"], got["turns"]) == (4, 7, 10)
+    # Memories: bake cookies, tea | nurse at the city hospital, jazz music | housekeeper | hiking (said
+    # twice, one memory). Held: cookies, nurse, jazz, hiking. Store every message also holds the
+    # buddhist line (a sensitive turn memo-mw drops); neither holds the painter or the christian.
+    assert (got["memories"], got["held"], got["held_baseline"]) == (6, 4, 5)
+    assert got["held_share"] == pytest.approx(4 / 7) and got["baseline_share"] == pytest.approx(5 / 7)
+    assert got["ratio"] == pytest.approx(0.8)
+    assert got["turns_with_memory"] == 7 and got["turns_with_memory_share"] == pytest.approx(0.7)
+    assert got["stray"] == 2 and got["stray_share"] == pytest.approx(2 / 6)
+    assert sorted(m["memory"] for m in got["stray_sample"]) == ["is a housekeeper", "likes tea"]
+    assert [m["said"] for m in got["stray_sample"] if m["conversation"] == 0] == ["I like tea."]
+    assert len(ev.passing_eval(persona_chat, funnel, sample=1)["stray_sample"]) == 1
