@@ -46,7 +46,7 @@ from rq.serializers import JSONSerializer  # noqa: E402
 from memo_mw import defaults  # noqa: E402
 from memo_mw.spool import Spool  # noqa: E402
 from memo_mw.store import check_writable  # noqa: E402
-from tests.loadgen import expected_memories, gunicorn, plan, run_load, stored_memories  # noqa: E402
+from tests.loadgen import expected_memories, gunicorn, plan, run_load, stop_group, stored_memories  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
 
 
@@ -60,16 +60,7 @@ def start_worker(url: str, folder: str) -> subprocess.Popen:
 def stop_worker(worker: subprocess.Popen) -> None:
     """SIGTERM (a warm shutdown), then SIGKILL: rq 3.0's shutdown may wait out its command
     channel's 60 s poll."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 20)):
-        try:
-            os.killpg(worker.pid, sig)
-        except ProcessLookupError:
-            pass
-        try:
-            worker.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_group(worker, ((signal.SIGTERM, 10), (signal.SIGKILL, 20)))
 
 
 def main() -> int:

@@ -241,3 +241,18 @@ def opened_queues(**defaults: Any) -> Iterator[Callable[..., Any]]:
     finally:
         for queue in made:
             queue.close()
+
+
+def stop_group(process: subprocess.Popen, steps: tuple[tuple[int, float], ...]) -> None:
+    """Send each signal of ``steps`` to the process group in turn, waiting its seconds for the
+    process to end; return once it has."""
+    for sig, wait in steps:
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:  # already gone
+            pass
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
