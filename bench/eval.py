@@ -50,6 +50,9 @@ from bench.datasets import DATASETS, SOURCES  # noqa: E402
 LABELS = REPO / "tests" / "data" / "capture_labels.jsonl"
 SEED = 20240517
 SAMPLE = (("memorybank-zh", "zh", 150), ("memorybank-en", "en", 150), ("dulemon", "zh", 150))
+# The second sample (issue 31), drawn from the turns the first one left, to bring English to 300+.
+SEED_2 = 20250531
+SAMPLE_2 = (("memorybank-en", "en", 70), ("persona-chat", "en", 50))
 KS = (1, 3, 5)
 PERSONA_CHAT = DATASETS / "synthetic_persona_chat" / "valid.csv"
 SPEAKERS = ("1", "2")
@@ -65,19 +68,40 @@ STRAY_SAMPLE = 20  # memories that hold no persona line, printed for a hand chec
 # -- sampling and labels ----------------------------------------------------------------------
 
 
+def persona_chat_turns() -> list[dict]:
+    """Synthetic-Persona-Chat's turns, conversation by conversation, speaker 1's then speaker 2's;
+    id = "conversation/speaker/index of the speaker's turn"."""
+    with PERSONA_CHAT.open(newline="", encoding="utf-8") as stream:
+        conversations = read_persona_chat(stream)
+    return [{"id": f"{n}/{s}/{i}", "text": text}
+            for n, conversation in enumerate(conversations)
+            for s in SPEAKERS
+            for i, text in enumerate(conversation["turns"][s])]
+
+
 def user_turns(name: str) -> list[dict]:
-    return [r for r in SOURCES[name]() if r.get("role", "user") == "user" and r["text"].strip()]
+    rows = persona_chat_turns() if name == "persona-chat" else SOURCES[name]()
+    return [r for r in rows if r.get("role", "user") == "user" and r["text"].strip()]
 
 
-def sample_turns(seed: int = SEED, sample=SAMPLE) -> list[dict]:
-    """The fixed sample that was labelled: per dataset, ``n`` user turns in dataset order."""
+def sample_turns(seed: int = SEED, sample=SAMPLE, exclude=frozenset()) -> list[dict]:
+    """A fixed sample: per dataset, ``n`` user turns in dataset order, none of ``exclude``
+    ((dataset, id) pairs)."""
     out = []
     for name, lang, n in sample:
-        rows = user_turns(name)
+        rows = [r for r in user_turns(name) if (name, r["id"]) not in exclude]
         order = {r["id"]: i for i, r in enumerate(rows)}
         picked = sorted(random.Random(f"{seed}:{name}").sample(rows, n), key=lambda r: order[r["id"]])
         out.extend({"dataset": name, "lang": lang, "id": r["id"], "text": r["text"]} for r in picked)
     return out
+
+
+def labelled_sample() -> list[dict]:
+    """The turns of the label file drawn from the datasets: the first sample, then the second one
+    drawn from what the first left."""
+    first = sample_turns(SEED, SAMPLE)
+    taken = {(r["dataset"], r["id"]) for r in first}
+    return first + sample_turns(SEED_2, SAMPLE_2, exclude=taken)
 
 
 def load_labels(path: Path = LABELS) -> list[dict]:
