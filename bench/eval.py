@@ -1,12 +1,14 @@
 """Capture and recall quality of memo-mw on the shared datasets, with baselines from the same run.
 
-    .venv/bin/python bench/eval.py [--json] [--query last|history]
+    .venv/bin/python bench/eval.py [--json] [--query last|history] [--capture-only]
 
 1. capture: the hand-labelled user turns in ``tests/data/capture_labels.jsonl`` (MemoryBank zh
-   and en, DuLeMon; the labelling rule is in its header and in docs/evaluation.md) go through
-   ``Funnel(load_rules())``; a turn is predicted positive when the funnel captures it (stage
-   ``captured``, i.e. it yields candidates). Precision, recall and F1 per dataset, beside the
-   "store every message" baseline (recall 1, precision = the base rate).
+   and en, DuLeMon, Synthetic-Persona-Chat, and turns written by hand in both languages; the
+   labelling rule is in its header and in docs/evaluation.md) go through ``Funnel(load_rules())``;
+   a turn is predicted positive when the funnel captures it (stage ``captured``, i.e. it yields
+   candidates). Precision, recall and F1 per dataset, per language and in all, beside the "store
+   every message" baseline (recall 1, precision = the base rate); and how many of the turns marked
+   ``sensitive`` were captured (the target is none).
 2. recall: MADial-Bench zh and en. Each user's one-line event memories are written to a fresh
    SQLite store with ``Store.remember`` (one candidate per memory: key = the normalised event
    text, content = excerpt = the event text, type ``preference`` for the scene 喜好类/Preferences,
@@ -195,21 +197,47 @@ class BM25:
 # -- capture --------------------------------------------------------------------------------
 
 
+LANGS = ("zh", "en")
+# Issue 31's capture target, in each language: recall at least this with precision at least that.
+TARGET_RECALL = 0.75
+TARGET_PRECISION = 0.85
+
+
+def meets_target(m: dict) -> bool:
+    return m["recall"] >= TARGET_RECALL and m["precision"] >= TARGET_PRECISION
+
+
+def _capture_group(pairs: list[tuple[dict, object]]) -> dict:
+    """memo-mw and "store every message" on some labelled rows, each with its funnel result."""
+    predicted = [bool(res.captured or res.candidates) for _, res in pairs]
+    gold = [bool(row["label"]) for row, _ in pairs]
+    missed = Counter(res.stage for (_, res), g, p in zip(pairs, gold, predicted) if g and not p)
+    false_pos = [row["id"] for (row, _), g, p in zip(pairs, gold, predicted) if p and not g]
+    return {"memo-mw": prf(predicted, gold), "store every message": prf([True] * len(gold), gold),
+            "missed_by_stage": dict(missed.most_common()), "false_positive_ids": false_pos}
+
+
+def _sensitive_captured(pairs: list[tuple[dict, object]]) -> dict:
+    """The rows marked ``sensitive``, and those of them the funnel captured (the target is none)."""
+    rows = [(row, res) for row, res in pairs if row.get("sensitive")]
+    captured = [f"{row['dataset']}/{row['id']}" for row, res in rows if res.captured or res.candidates]
+    return {"turns": len(rows), "captured": len(captured), "captured_ids": captured}
+
+
 def capture_eval(labels: list[dict], funnel) -> dict:
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for row in labels:
-        groups[f"{row['dataset']} ({row['lang']})"].append(row)
-    groups["all"] = list(labels)
-    out = {}
-    for name, rows in groups.items():
-        results = [funnel.process(r["text"]) for r in rows]
-        predicted = [bool(res.captured or res.candidates) for res in results]
-        gold = [bool(r["label"]) for r in rows]
-        missed = Counter(res.stage for res, g, p in zip(results, gold, predicted) if g and not p)
-        false_pos = [r["id"] for r, g, p in zip(rows, gold, predicted) if p and not g]
-        out[name] = {"memo-mw": prf(predicted, gold), "store every message": prf([True] * len(gold), gold),
-                     "missed_by_stage": dict(missed.most_common()), "false_positive_ids": false_pos}
-    return out
+    """Each labelled turn through the funnel once; precision, recall and F1 per dataset, per
+    language and in all, and how many sensitive turns were captured."""
+    pairs = [(row, funnel.process(row["text"])) for row in labels]
+    by_dataset: dict[str, list] = defaultdict(list)
+    by_lang: dict[str, list] = defaultdict(list)
+    for row, res in pairs:
+        by_dataset[f"{row['dataset']} ({row['lang']})"].append((row, res))
+        by_lang[row["lang"]].append((row, res))
+    langs = [lang for lang in LANGS if lang in by_lang] + sorted(set(by_lang) - set(LANGS))
+    return {"by_dataset": {name: _capture_group(rows) for name, rows in by_dataset.items()},
+            "by_language": {lang: _capture_group(by_lang[lang]) for lang in langs},
+            "all": _capture_group(pairs),
+            "sensitive": _sensitive_captured(pairs)}
 
 
 def persona_crosscheck(labels: list[dict]) -> dict:
@@ -427,19 +455,48 @@ def persona_chat_eval(conversations: list[dict], funnel) -> dict:
 # -- report ---------------------------------------------------------------------------------
 
 
-def print_report(report: dict) -> None:
+def print_capture_row(name: str, row: dict) -> None:
+    for system in ("memo-mw", "store every message"):
+        m = row[system]
+        print(f"  {name:<22} {system:<20} {m['n']:>4} {m['positives']:>4} {m['predicted']:>4} "
+              f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['f1']:>6.3f}")
+    if row["missed_by_stage"]:
+        stages = ", ".join(f"{k} {v}" for k, v in row["missed_by_stage"].items())
+        print(f"  {'':<22} missed positives stopped at: {stages}")
+
+
+def print_capture(capture: dict) -> None:
     print("capture (hand-labelled user turns; predicted positive = the funnel captures the turn)")
     print(f"  {'dataset':<22} {'system':<20} {'n':>4} {'pos':>4} {'pred':>4} {'prec':>6} {'recall':>6} {'F1':>6}")
-    for name, row in report["capture"].items():
-        for system in ("memo-mw", "store every message"):
-            m = row[system]
-            print(f"  {name:<22} {system:<20} {m['n']:>4} {m['positives']:>4} {m['predicted']:>4} "
-                  f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['f1']:>6.3f}")
-        if row["missed_by_stage"]:
-            stages = ", ".join(f"{k} {v}" for k, v in row["missed_by_stage"].items())
-            print(f"  {'':<22} missed positives stopped at: {stages}")
+    for name, row in capture["by_dataset"].items():
+        print_capture_row(name, row)
+    for lang, row in capture["by_language"].items():
+        print_capture_row(f"language {lang}", row)
+    print_capture_row("all", capture["all"])
+    for lang, row in capture["by_language"].items():
+        m = row["memo-mw"]
+        print(f"  issue 31 target, {lang}: recall >= {TARGET_RECALL} with precision >= {TARGET_PRECISION}: "
+              f"recall {m['recall']:.3f}, precision {m['precision']:.3f}, {'met' if meets_target(m) else 'not met'}")
+    sensitive = capture["sensitive"]
+    ids = f": {', '.join(sensitive['captured_ids'])}" if sensitive["captured_ids"] else ""
+    print(f"  sensitive turns captured: {sensitive['captured']} of {sensitive['turns']} (target 0){ids}")
+
+
+def print_report(report: dict) -> None:
+    print_capture(report["capture"])
     print("  dulemon persona cross-check: " + ", ".join(f"{k}: {v}" for k, v in report["persona_crosscheck"].items()))
     print()
+    if "recall" in report:
+        print_recall(report)
+        print()
+    if "persona_chat" in report:
+        print_persona_chat(report["persona_chat"])
+        print()
+    print(f"seconds {report['seconds']:.2f}")
+    print(f"command {report['command']}")
+
+
+def print_recall(report: dict) -> None:
     query = "the last user turn" if report["query_mode"] == "last" else "all user turns"
     print(f"recall on MADial-Bench (query: {query} before test-turn[0]; k=5, budget 100000)")
     header = "".join(f"{f'hit@{k}':>8}" for k in KS) + "".join(f"{f'rec@{k}':>8}" for k in KS)
@@ -451,11 +508,6 @@ def print_report(report: dict) -> None:
             print(f"  {lang:<4} {system:<24}{cells} {m['empty']:>6}")
         print(f"       (now {row['now']}, {row['dialogues']} dialogues, {row['memories']} memories, {row['users']} users, "
               f"{row['rows']} rows stored for {row['memories_of_queried_users']} memories: same text, one row)")
-    print()
-    print_persona_chat(report["persona_chat"])
-    print()
-    print(f"seconds {report['seconds']:.2f}")
-    print(f"command {report['command']}")
 
 
 def print_persona_chat(row: dict) -> None:
@@ -484,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query", choices=("last", "history"), default="last",
                         help="MADial query: the last user turn before test-turn (default) or all user turns before it")
     parser.add_argument("--now", metavar="YYYY-MM-DD", help="MADial recall clock (default: the day after the newest memory)")
+    parser.add_argument("--capture-only", action="store_true",
+                        help="only the capture part (hand-labelled turns): no MADial recall, no Synthetic-Persona-Chat")
     args = parser.parse_args(argv)
     if not DATASETS.is_dir():
         parser.exit(2, f"no datasets at {DATASETS}\n")
@@ -494,13 +548,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     funnel = Funnel(load_rules())
     labels = load_labels(args.labels)
-    report = {"capture": capture_eval(labels, funnel), "persona_crosscheck": persona_crosscheck(labels),
-              "query_mode": args.query, "recall": {}}
-    with tempfile.TemporaryDirectory(prefix="memo-eval-") as tmp:
-        for lang in ("zh", "en"):
-            report["recall"][lang] = recall_eval(lang, args.query, Path(tmp), funnel, args.now)
-    with PERSONA_CHAT.open(newline="", encoding="utf-8") as stream:
-        report["persona_chat"] = persona_chat_eval(read_persona_chat(stream), funnel)
+    report = {"capture": capture_eval(labels, funnel), "persona_crosscheck": persona_crosscheck(labels)}
+    if not args.capture_only:
+        report["query_mode"] = args.query
+        report["recall"] = {}
+        with tempfile.TemporaryDirectory(prefix="memo-eval-") as tmp:
+            for lang in ("zh", "en"):
+                report["recall"][lang] = recall_eval(lang, args.query, Path(tmp), funnel, args.now)
+        with PERSONA_CHAT.open(newline="", encoding="utf-8") as stream:
+            report["persona_chat"] = persona_chat_eval(read_persona_chat(stream), funnel)
     report["seconds"] = time.perf_counter() - started
     command = [".venv/bin/python", "bench/eval.py", *(argv if argv is not None else sys.argv[1:])]
     report["command"] = " ".join(shlex.quote(c) for c in command)

@@ -1,4 +1,4 @@
-"""bench/eval.py: the hand-labelled capture sample is well-formed, the metrics and the persona-fact matcher compute what they say."""
+"""bench/eval.py: the hand-labelled capture set is well-formed, the metrics (overall, per dataset, per language, sensitive captures) and the persona-fact matcher compute what they say."""
 
 from __future__ import annotations
 
@@ -6,16 +6,19 @@ import csv
 import io
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
 from bench import eval as ev
-from bench.datasets import DATASETS, SOURCES
+from bench.datasets import DATASETS
 
 needs_datasets = pytest.mark.skipif(not DATASETS.is_dir(), reason=f"shared datasets not found at {DATASETS}")
 
 FIELDS = {"dataset", "lang", "id", "text", "label", "note"}
-LANGS = {"memorybank-zh": "zh", "memorybank-en": "en", "dulemon": "zh"}
+SAMPLED = {"memorybank-zh": "zh", "memorybank-en": "en", "dulemon": "zh", "persona-chat": "en"}
+WRITTEN = {"written-en": "en", "written-zh": "zh"}
+LANGS = {**SAMPLED, **WRITTEN}
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +33,9 @@ def test_label_file_has_the_rule_in_its_header():
 
 
 def test_label_file_is_well_formed(labels):
-    assert len(labels) == sum(n for _, _, n in ev.SAMPLE)
     for row in labels:
         assert FIELDS <= set(row), row
-        assert set(row) <= FIELDS | {"persona"}, row
+        assert set(row) <= FIELDS | {"persona", "sensitive"}, row
         assert row["dataset"] in LANGS and row["lang"] == LANGS[row["dataset"]]
         assert isinstance(row["label"], bool)
         assert isinstance(row["text"], str) and row["text"].strip()
@@ -46,13 +48,44 @@ def test_label_file_is_well_formed(labels):
         assert seen == {True, False}, f"{dataset}: both labels must occur"
 
 
+def test_label_file_has_enough_turns_in_each_language(labels):
+    sampled = sum(n for _, _, n in ev.SAMPLE) + sum(n for _, _, n in ev.SAMPLE_2)
+    assert len([r for r in labels if r["dataset"] in SAMPLED]) == sampled
+    assert len(labels) >= 700
+    per_lang = Counter(r["lang"] for r in labels)
+    assert per_lang["zh"] >= 300 and per_lang["en"] >= 300
+
+
+def test_written_turns_are_numbered_in_order(labels):
+    for dataset in WRITTEN:
+        ids = [r["id"] for r in labels if r["dataset"] == dataset]
+        assert ids == [f"{dataset}/{n}" for n in range(1, len(ids) + 1)]
+
+
+def test_sensitive_turns_are_marked_and_labelled_false(labels):
+    marked = [r for r in labels if "sensitive" in r]
+    assert marked and all(r["sensitive"] is True and r["label"] is False for r in marked)
+    # Every row whose note calls it sensitive carries the mark, and only those.
+    assert all(("sensitive" in r) == r["note"].startswith("sensitive") for r in labels)
+    assert {r["lang"] for r in marked} == {"zh", "en"}
+
+
 @needs_datasets
-def test_labelled_texts_are_the_seeded_sample_of_the_datasets(labels):
-    texts = {(name, r["id"]): r["text"] for name in LANGS for r in SOURCES[name]()}
-    for row in labels:
+def test_labelled_texts_are_the_seeded_samples_of_the_datasets(labels):
+    sampled = [r for r in labels if r["dataset"] in SAMPLED]
+    texts = {(name, r["id"]): r["text"] for name in SAMPLED for r in ev.user_turns(name)}
+    for row in sampled:
         assert texts[(row["dataset"], row["id"])] == row["text"], row["id"]
-    sample = ev.sample_turns()
-    assert [(s["dataset"], s["id"]) for s in sample] == [(r["dataset"], r["id"]) for r in labels]
+    sample = ev.labelled_sample()
+    assert [(s["dataset"], s["id"]) for s in sample] == [(r["dataset"], r["id"]) for r in sampled]
+
+
+@needs_datasets
+def test_second_sample_takes_no_turn_of_the_first():
+    first = ev.sample_turns(ev.SEED, ev.SAMPLE)
+    second = ev.labelled_sample()[len(first):]
+    assert len(second) == sum(n for _, _, n in ev.SAMPLE_2)
+    assert not {(r["dataset"], r["id"]) for r in first} & {(r["dataset"], r["id"]) for r in second}
 
 
 def test_precision_recall_f1():
@@ -64,6 +97,58 @@ def test_precision_recall_f1():
     assert every["precision"] == 0.25 and every["recall"] == 1.0 and every["f1"] == pytest.approx(0.4)
     none = ev.prf([False, False], [True, False])
     assert none["precision"] == 0.0 and none["recall"] == 0.0 and none["f1"] == 0.0
+
+
+class FakeFunnel:
+    """Captures exactly the texts it is given; anything else stops at ``no_trigger``."""
+
+    def __init__(self, captures):
+        self.captures = set(captures)
+
+    def process(self, text):
+        if text in self.captures:
+            return SimpleNamespace(captured=True, candidates=[text], stage="captured")
+        return SimpleNamespace(captured=False, candidates=[], stage="no_trigger")
+
+
+def _row(dataset, lang, n, label, sensitive=False):
+    row = {"dataset": dataset, "lang": lang, "id": f"{n}", "text": f"{dataset} {n}", "label": label, "note": "x"}
+    if sensitive:
+        row["sensitive"] = True
+    return row
+
+
+TINY = [_row("a-zh", "zh", 1, True), _row("a-zh", "zh", 2, True), _row("a-zh", "zh", 3, False),
+        _row("b-zh", "zh", 1, True), _row("b-zh", "zh", 2, False, sensitive=True),
+        _row("c-en", "en", 1, True), _row("c-en", "en", 2, False), _row("c-en", "en", 3, False, sensitive=True)]
+
+
+def test_capture_eval_reports_each_language_each_dataset_and_sensitive_captures():
+    funnel = FakeFunnel(["a-zh 1", "a-zh 3", "b-zh 1", "b-zh 2", "c-en 1"])
+    got = ev.capture_eval(TINY, funnel)
+    assert list(got["by_language"]) == ["zh", "en"]
+    assert list(got["by_dataset"]) == ["a-zh (zh)", "b-zh (zh)", "c-en (en)"]
+    zh = got["by_language"]["zh"]["memo-mw"]
+    assert (zh["n"], zh["tp"], zh["fp"], zh["fn"]) == (5, 2, 2, 1)
+    assert zh["precision"] == pytest.approx(0.5) and zh["recall"] == pytest.approx(2 / 3)
+    en = got["by_language"]["en"]["memo-mw"]
+    assert (en["n"], en["tp"], en["fp"], en["fn"]) == (3, 1, 0, 0)
+    assert en["precision"] == 1.0 and en["recall"] == 1.0
+    assert got["by_language"]["zh"]["missed_by_stage"] == {"no_trigger": 1}
+    assert got["by_language"]["zh"]["false_positive_ids"] == ["3", "2"]
+    assert got["by_dataset"]["b-zh (zh)"]["memo-mw"]["precision"] == 0.5
+    assert got["all"]["memo-mw"]["n"] == 8 and got["all"]["store every message"]["precision"] == pytest.approx(4 / 8)
+    assert got["sensitive"] == {"turns": 2, "captured": 1, "captured_ids": ["b-zh/2"]}
+    assert ev.meets_target(en) and not ev.meets_target(zh)
+
+
+def test_print_capture_shows_languages_targets_and_sensitive_count(capsys):
+    ev.print_capture(ev.capture_eval(TINY, FakeFunnel(["c-en 1", "c-en 3"])))
+    out = capsys.readouterr().out
+    assert "language zh" in out and "language en" in out
+    assert "issue 31 target, en: recall >= 0.75 with precision >= 0.85: recall 1.000, precision 0.500, not met" in out
+    assert "issue 31 target, zh: recall >= 0.75 with precision >= 0.85: recall 0.000, precision 0.000, not met" in out
+    assert "sensitive turns captured: 1 of 2 (target 0): c-en/3" in out
 
 
 def test_hit_and_recall_at_k():
