@@ -12,6 +12,7 @@ import regex
 from . import defaults
 from .privacy import mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
+from .rules_grammar import spelled_out
 from .summary import strip_edge_punct, summarize
 from .text import nfkc
 from .topics import TopicTagger
@@ -28,6 +29,14 @@ STAGES = ("forget", "no_trigger", "too_long", "negative", "sensitive", "unusable
 _SPLIT = regex.compile(
     r"(?<=[。！？!?；;])|\n|(?<=\.)(?=\s)|[,，]\s*(?=(?:but|however|though|although)\b|但|不过|可是)"
     r"|[,，]\s*(?=and\s+I\b|而我|我自己)",
+    regex.IGNORECASE | regex.V1,
+)
+# Clauses of a sentence, each judged on its own ("I have two cats and I love jazz"), while the
+# sensitive gates judge the whole sentence: "I have diabetes and I like green tea" stays out.
+# A last clause that is a question is one too: "我很喜欢打羽毛球，你也喜欢运动吗？" keeps the statement.
+_CLAUSES = regex.compile(
+    r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)"
+    r"|[,，]\s*(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)",
     regex.IGNORECASE | regex.V1,
 )
 _BLANKS = regex.compile(r"[^\S\n]+")
@@ -76,6 +85,8 @@ class FunnelResult:
     forget_match: str | None = None
     trace: tuple[tuple[str, str], ...] = ()
     recall_all: bool = False  # the message asks for everything remembered
+    #: Why an explicit request to remember ("remember that …") is not kept; None when it is, or was none.
+    declined: str | None = None
 
     @property
     def captured(self) -> bool:
@@ -84,10 +95,17 @@ class FunnelResult:
 
 @dataclass(slots=True)
 class _Hit:
-    sentence: str
+    sentence: str  # the clause the trigger matched
     trigger: Trigger
     match: regex.Match
     rule_file: RuleFile
+    whole: str = ""  # the sentence the clause is part of
+
+
+def clauses(text: str) -> list[tuple[str, str]]:
+    """The clauses of ``text``, each with the sentence it is part of."""
+    sentences = [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
+    return [(c.strip(), sentence) for sentence in sentences for c in _CLAUSES.split(sentence) if c.strip()]
 
 
 class Funnel:
@@ -107,11 +125,14 @@ class Funnel:
 
     def _search(self, rule: Trigger | Gate, text: str) -> regex.Match | None:
         """A pattern that times out is logged and counts as no match."""
+        return self._search_pattern(rule.pattern, text, f"rule {rule.id} of {rule.source}")
+
+    def _search_pattern(self, pattern: regex.Pattern, text: str, name: str = "a statement opening"
+                        ) -> regex.Match | None:
         try:
-            return rule.pattern.search(text, timeout=self.timeout)
+            return pattern.search(text, timeout=self.timeout)
         except TimeoutError:
-            log.warning("memo-mw: rule %s of %s timed out on a message of %d characters; treated as no match",
-                        rule.id, rule.source, len(text))
+            log.warning("memo-mw: %s timed out on a message of %d characters; treated as no match", name, len(text))
             return None
 
     def _gate_hit(self, gates: list[Gate], text: str) -> Gate | None:
@@ -134,21 +155,28 @@ class Funnel:
         if not text:
             return FunnelResult("no_trigger", trace=(("trigger", "empty message"),), recall_all=recall_all)
         trace: list[tuple[str, str]] = []
-        sentences = [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
+        sentences = clauses(text)
         forget = self._forget_request(text)
         if forget is None:
             stage, candidates = self._capture(text, sentences, trace)
-            return FunnelResult(stage, candidates=tuple(candidates), trace=tuple(trace), recall_all=recall_all)
+            return FunnelResult(stage, candidates=tuple(candidates), trace=tuple(trace), recall_all=recall_all,
+                                declined=self._declined(stage, text, trace))
         gate, what = forget
         trace.append(("forget", f"{gate.id} ({gate.scope})"))
         candidates = []
         if gate.scope == "match":
             # "Forget that I play tennis. I like golf now.": the other sentences still count.
-            rest = [s for s in sentences if self._search(gate, s) is None]
+            rest = [(c, s) for c, s in sentences if self._search(gate, c) is None]
             if rest:
                 candidates = self._capture(text, rest, trace)[1]
         return FunnelResult("forget", candidates=tuple(candidates), forget_scope=gate.scope, forget_match=what,
                             trace=tuple(trace), recall_all=recall_all)
+
+    def _declined(self, stage: str, text: str, trace: list[tuple[str, str]]) -> str | None:
+        """The reason an explicit request to remember is not kept (the gate that stopped it)."""
+        if stage == "captured" or not any(self._search(t, text) for t in self.rules.triggers if t.explicit):
+            return None
+        return trace[-1][1].partition(": ")[2] or trace[-1][1] if stage != "no_trigger" else "nothing to remember"
 
     def is_recall_all(self, message: str) -> bool:
         """True for questions like "what do you remember about me"."""
@@ -170,20 +198,23 @@ class Funnel:
                     return gate, what
         return None
 
-    def _capture(self, text: str, sentences: list[str], trace: list[tuple[str, str]]
+    def _capture(self, text: str, sentences: list[tuple[str, str]], trace: list[tuple[str, str]]
                  ) -> tuple[str, list[Candidate]]:
-        """Trigger, length, negative, sensitive and compression stages over the given sentences."""
-        hits = [hit for hit in map(self._trigger, sentences) if hit is not None]
+        """Trigger, length, negative, sensitive and compression stages over the given clauses."""
+        hits = [hit for clause, sentence in sentences if (hit := self._trigger(clause, sentence)) is not None]
         if not hits:
             trace.append(("trigger", "no trigger matched"))
             return "no_trigger", []
         trace.append(("trigger", ", ".join(h.trigger.id for h in hits)))
 
-        limit = max(h.rule_file.max_length for h in hits)
-        if len(text) > limit:
-            trace.append(("length", f"{len(text)} > {limit} characters"))
+        # The length limit is a clause's: a long story still gives up the statements in it.
+        long = [h for h in hits if len(h.sentence) > h.rule_file.max_length]
+        trace.extend(("length", f"{h.trigger.id}: {len(h.sentence)} > {h.rule_file.max_length} characters")
+                     for h in long)
+        hits = [h for h in hits if h not in long]
+        if not hits:
             return "too_long", []
-        trace.append(("length", f"{len(text)} <= {limit}"))
+        trace.append(("length", f"{max(len(h.sentence) for h in hits)} <= {hits[0].rule_file.max_length}"))
 
         # A sentence's own negatives come from its rule's file: a Chinese question gate must not stop
         # an English sentence. The other gates apply to all.
@@ -191,7 +222,8 @@ class Funnel:
                 ("negative", self._negative_message, lambda hit: self._negative_sentence[id(hit.rule_file)]),
                 ("sensitive", self._sensitive_message, lambda hit: self._sensitive_sentence)):
             whole = self._gate_hit(message_gates, text)
-            stops = [(hit, whole or self._gate_hit(sentence_gates(hit), hit.sentence)) for hit in hits]
+            read = (lambda hit: hit.whole) if stage == "sensitive" else (lambda hit: hit.sentence)
+            stops = [(hit, whole or self._gate_hit(sentence_gates(hit), read(hit))) for hit in hits]
             trace.extend((stage, f"{gate.id}: {gate.reason}") for _, gate in stops if gate is not None)
             hits = [hit for hit, gate in stops if gate is None]
             if not hits:
@@ -209,18 +241,23 @@ class Funnel:
             return "unusable", []
         return "captured", list(candidates.values())
 
-    def _trigger(self, sentence: str) -> _Hit | None:
-        """The first trigger, in file order, that matches the sentence."""
+    def _trigger(self, sentence: str, whole: str = "") -> _Hit | None:
+        """The first trigger, in file order, that matches the sentence. The grammar's triggers read
+        it with contractions spelled out, and only when it opens as a statement (a subject)."""
         folded = sentence.casefold()
         for rule_file in self.rules.files:
             if not _applies(rule_file, sentence):
                 continue
+            said = spelled_out(rule_file.contractions, sentence) if rule_file.opening else sentence
+            opens = rule_file.opening is not None and self._search_pattern(rule_file.opening, said) is not None
             for trigger in rule_file.triggers:
+                if trigger.statement and not opens:
+                    continue
                 if trigger.requires and not any(word in folded for word in trigger.requires):
                     continue
-                match = self._search(trigger, sentence)
+                match = self._search(trigger, said if trigger.statement else sentence)
                 if match is not None:
-                    return _Hit(sentence, trigger, match, rule_file)
+                    return _Hit(sentence, trigger, match, rule_file, whole or sentence)
         return None
 
     def _compress(self, hit: _Hit) -> Candidate | None:

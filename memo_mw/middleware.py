@@ -3,7 +3,8 @@
 On each ``POST`` to a chat path with a JSON body it reads the user and the message (:mod:`~memo_mw.adapters`),
 injects the most relevant memories as a block (:mod:`~memo_mw.recall`) and enqueues one job for what the
 funnel kept, or for a forget request (:mod:`~memo_mw.queue`). ``environ["memo.memories"]`` holds the memories
-recalled; ``"memo.block"``, ``"memo.capture"``, ``"memo.profile"`` the block, the funnel's stage, the insights.
+recalled; ``"memo.block"``, ``"memo.capture"``, ``"memo.profile"`` the block, the funnel's stage, the insights;
+``"memo.declined"`` why an explicit request to remember was not kept.
 The request path never writes SQLite; a request on which anything goes wrong reaches the app as it came.
 """
 
@@ -37,6 +38,7 @@ ENVIRON_MEMORIES = "memo.memories"
 ENVIRON_BLOCK = "memo.block"
 ENVIRON_CAPTURE = "memo.capture"
 ENVIRON_PROFILE = "memo.profile"
+ENVIRON_DECLINED = "memo.declined"
 
 GetUser = Callable[[dict, Any], "str | None"]
 
@@ -162,6 +164,8 @@ class MemoryMiddleware:
         try:
             result = self.funnel.process(turn.message)
             environ[ENVIRON_CAPTURE] = result.stage
+            if result.declined:
+                environ[ENVIRON_DECLINED] = result.declined
         except Exception:
             log.exception("memo-mw: capture funnel failed; recalling without capture")
             result = None

@@ -5,7 +5,7 @@ start-up, not on the first matching message."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import regex
 from . import defaults
 from .exceptions import RulesError
 from .rules_check import Examples, read_examples, template_fields, wrong_examples
+from .rules_grammar import contractions, spelled_out, statement_nodes
 from .rules_yaml import META_KEYS, Reporter, compile_pattern, list_of, mapping_of, positive_int, read_yaml, strings
 
 MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
@@ -21,10 +22,10 @@ FORGET_SCOPES = ("all", "match")
 
 TOP_KEYS = frozenset({
     "version", "language", "max_length", "max_capture", "fillers", "trailing", "key_prefixes",
-    "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive", "topics",
+    "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive", "topics", "grammar",
 })
 TRIGGER_KEYS = frozenset({"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days",
-                          "examples", "pronouns", "requires"})
+                          "examples", "pronouns", "requires", "explicit"})
 GATE_KEYS = frozenset({"id", "pattern", "reason", "scope", "examples"})
 
 
@@ -46,6 +47,8 @@ class Trigger:
     pronouns: bool = True  # apply the file's pronoun map ("give me short answers" keeps its "me")
     #: A cheap pre-check for long patterns: a sentence must hold one of these (case-folded) first.
     requires: tuple[str, ...] = ()
+    statement: bool = False  # made from the statement grammar: read with contractions spelled out
+    explicit: bool = False  # an explicit request to remember: when it is not kept, the app is told why
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class RuleFile:
     key_prefixes: tuple[str, ...] = ()
     topics: dict[str, tuple[str, ...]] = field(default_factory=dict)  # topic -> words (case-folded)
     pronouns: list[tuple[regex.Pattern, str]] = field(default_factory=list)
+    contractions: tuple[regex.Pattern, dict[str, str]] | None = None  # the grammar's, as one pattern
+    #: The opening of a statement (lead-in and subject): the grammar's triggers need it to match.
+    opening: regex.Pattern | None = None
     triggers: list[Trigger] = field(default_factory=list)
     negative: list[Gate] = field(default_factory=list)
     sensitive: list[Gate] = field(default_factory=list)
@@ -181,15 +187,37 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
         trailing=strings(data, "trailing", report),
         fillers=_fillers(data, report),
         pronouns=_pronouns(data, report),
+        contractions=contractions(data, report),
     )
-    for section in ("negative", "sensitive", "forget", "recall_all", "triggers"):
-        for index, node in enumerate(list_of(data, section, report)):
+    statements, rule_file.opening = statement_nodes(data, report)
+    for section in ("negative", "sensitive", "forget", "recall_all", "triggers", "grammar"):
+        nodes = statements if section == "grammar" else list_of(data, section, report)
+        for index, node in enumerate(nodes):
             rule_id = _rule_id(node, section, index, data, report, seen_ids, path)
-            rule = rule_id and (_trigger(node, rule_id, rule_file, report) if section == "triggers"
+            rule = rule_id and (_trigger(node, rule_id, rule_file, report) if section in ("triggers", "grammar")
                                 else _gate(node, rule_id, section, path, report))
+            if rule and section == "grammar":
+                # Only the object must be there; the adverbs and the negation may be empty.
+                rule = replace(rule, statement=True, summary_fields=("what",))
             if rule:
-                getattr(rule_file, section).append(rule)
+                getattr(rule_file, "triggers" if section == "grammar" else section).append(rule)
+    _place_statements(rule_file, data, report)
     return rule_file
+
+
+def _place_statements(rule_file: RuleFile, data: dict, report: Reporter) -> None:
+    """Move the grammar's triggers (appended last) to just before the trigger ``grammar.before`` names."""
+    before = (data.get("grammar") or {}).get("before") if isinstance(data.get("grammar"), dict) else None
+    if before is None:
+        return
+    ids = [t.id for t in rule_file.triggers if not t.statement]
+    if before not in ids:
+        report(data["grammar"], None, f"grammar.before names no trigger of this file: {before!r}", key="before")
+        return
+    statements = [t for t in rule_file.triggers if t.statement]
+    plain = [t for t in rule_file.triggers if not t.statement]
+    at = ids.index(before)
+    rule_file.triggers = plain[:at] + statements + plain[at:]
 
 
 def _topics(data: dict, report: Reporter) -> dict[str, tuple[str, ...]]:
@@ -283,6 +311,7 @@ _TRIGGER_VALUES = (
     ("requires", None, lambda v: not v or isinstance(v, list) and all(isinstance(w, str) and w.strip() for w in v),
      "requires must be a list of non-empty strings"),
     ("pronouns", True, lambda v: isinstance(v, bool), "pronouns must be true or false, not {!r}"),
+    ("explicit", False, lambda v: isinstance(v, bool), "explicit must be true or false, not {!r}"),
 )
 
 
@@ -302,7 +331,7 @@ def _trigger(node: dict, rule_id: str, rule_file: RuleFile, report: Reporter) ->
     ttl = values["ttl_days"]
     return Trigger(
         id=rule_id, pattern=pattern, type=values["type"], polarity=values["polarity"], summary=summary, key=key,
-        summary_fields=summary_fields, pronouns=values["pronouns"],
+        summary_fields=summary_fields, pronouns=values["pronouns"], explicit=values["explicit"],
         requires=tuple(w.strip().casefold() for w in values["requires"] or ()),
         confidence=float(values["confidence"]), ttl_days=None if ttl is None else float(ttl),
         language=rule_file.language, source=rule_file.path, examples=read_examples(node, rule_id, report),
@@ -312,4 +341,5 @@ def _trigger(node: dict, rule_id: str, rule_file: RuleFile, report: Reporter) ->
 def example_problems(rules: RuleSet) -> list[str]:
     """Examples a rule's pattern gets wrong, as ``file:line: rule id: problem`` strings."""
     return [problem for f in rules.files for problem in wrong_examples(
-        f.path, [*f.triggers, *f.negative, *f.sensitive, *f.forget, *f.recall_all])]
+        f.path, [*f.triggers, *f.negative, *f.sensitive, *f.forget, *f.recall_all],
+        lambda sentence, pairs=f.contractions: spelled_out(pairs, sentence))]

@@ -57,8 +57,9 @@ def read_examples(node: dict, rule_id: str, report: Reporter) -> Examples:
     return None
 
 
-def wrong_examples(path: str, rules: list[Any]) -> list[str]:
-    """The examples these rules (of the file at ``path``) get wrong, as ``file:line: rule id: problem``."""
+def wrong_examples(path: str, rules: list[Any], spell=lambda sentence: sentence) -> list[str]:
+    """The examples these rules (of the file at ``path``) get wrong, as ``file:line: rule id: problem``;
+    ``spell``: how the file's statement grammar reads a sentence (contractions spelled out)."""
     problems = []
     for rule in rules:
         if rule.examples is None:
@@ -68,7 +69,8 @@ def wrong_examples(path: str, rules: list[Any]) -> list[str]:
         for sentence, wanted in [(x, True) for x in should] + [(x, False) for x in should_not]:
             try:
                 requires = getattr(rule, "requires", ())  # (a trigger's words, as the funnel checks them)
-                found = rule.pattern.search(sentence, timeout=1.0) is not None and (
+                said = spell(sentence) if getattr(rule, "statement", False) else sentence
+                found = rule.pattern.search(said, timeout=1.0) is not None and (
                     not requires or any(word in sentence.casefold() for word in requires))
             except TimeoutError:
                 problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "

@@ -101,7 +101,7 @@ ZH_CAPTURED = [
     _p("我不吃香菜", PREF, -1, "不吃香菜", "zh-no-coriander"),
     _p("我从不吃辣", PREF, -1, "从不吃辣", "zh-never-spicy"),
     _p("我从来不吃动物内脏", PREF, -1, "从来不吃动物内脏", "zh-never-offal"),
-    _p("我一般不吃辣，吃了胃疼", PREF, -1, "不吃辣", "zh-usually-not-food-first"),
+    _p("我一般不吃辣，吃了胃疼", PREF, -1, "一般不吃辣", "zh-usually-not-food-first"),
     _p("我不能吃花生", PREF, -1, "不能吃花生", "zh-cannot-eat"),
     _p("我不喝酒", PREF, -1, "不喝酒", "zh-no-alcohol"),
     _p("我吃不了海鲜", PREF, -1, "吃不了海鲜", "zh-chibuliao"),
@@ -148,9 +148,6 @@ ZH_NOT_CAPTURED = [
     pytest.param("他在信里写着「我不吃鱼」", id="zh-quoted"),
     pytest.param("我同事喜欢钓鱼", id="zh-colleague"),
     # other people said as an explicit memory are still other people
-    pytest.param("记住我同事喜欢钓鱼", id="zh-remember-colleague"),
-    pytest.param("请记住，我老婆不吃香菜", id="zh-remember-wife"),
-    pytest.param("帮我记一下我女儿喜欢恐龙", id="zh-note-daughter"),
     # about the assistant, not the user
     pytest.param("记住你叫小爱", id="zh-remember-your-name"),
     pytest.param("我妈妈不吃辣", id="zh-mother"),
@@ -224,6 +221,8 @@ EN_CAPTURED = [
     _p("I'm not a morning person", FACT, -1, "is not a morning person", "en-identity-not"),
     _p("I work at a small bakery", FACT, 1, "works at a small bakery", "en-work-at"),
     _p("I work from home", FACT, 1, "works from home", "en-work-from"),
+    # "we" with the user named in it: the user's own fact, kept as theirs
+    _p("My wife and I live in Oslo", FACT, 1, "lives in Oslo", "en-wife-and-i"),
     _p("I live in Lisbon", FACT, 1, "lives in Lisbon", "en-live"),
     _p("I live with my parents", FACT, 1, "lives with their parents", "en-live-with"),
     _p("I just moved to Denver", FACT, 1, "lives in Denver", "en-moved"),
@@ -284,13 +283,9 @@ EN_NOT_CAPTURED = [
     pytest.param('She wrote "I never eat fish" on the card', id="en-quoted"),
     pytest.param("My brother loves skiing", id="en-brother"),
     # other people said as an explicit memory are still other people
-    pytest.param("remember that my brother loves skiing", id="en-remember-brother"),
-    pytest.param("Please note that my wife hates onions", id="en-note-wife"),
-    pytest.param("Remember: she is a vegetarian", id="en-remember-she"),
     # about the assistant, not the user
     pytest.param("Remember that you're my best friend", id="en-remember-you"),
     pytest.param("My sister says I hate vegetables", id="en-sister-says"),
-    pytest.param("My wife and I live in Oslo", id="en-wife-and-i"),
     pytest.param("If I liked jazz, what would you recommend?", id="en-if"),
     pytest.param("Imagine I lived in Tokyo", id="en-imagine"),
     pytest.param("I wish I lived by the sea", id="en-wish"),
@@ -824,7 +819,7 @@ DRIFT_CAPTURED = [
     _p("我已经戒酒三年了", PREF, -1, "戒了酒", "zh-quit-duration"),
     _p("我戒烟了", PREF, -1, "戒烟", "zh-quit-smoking"),
     _p("I'm not into running anymore", PREF, -1, "dislikes running", "en-not-into-anymore"),
-    _p("I don't drink coffee anymore", PREF, -1, "doesn't drink coffee", "en-dont-drink-anymore"),
+    _p("I don't drink coffee anymore", PREF, -1, "no longer drinks coffee", "en-dont-drink-anymore"),
     _p("I stopped eating meat", PREF, -1, "stopped eating meat", "en-stopped"),
     _p("I quit smoking two years ago", PREF, -1, "quit smoking", "en-quit-ago"),
     _p("I no longer play tennis", PREF, -1, "no longer plays tennis", "en-no-longer"),
@@ -912,3 +907,30 @@ def test_not_an_answer_style(funnel, message):
 def test_promises_are_commitments_in_both_languages(funnel, message, rule_id):
     [candidate] = funnel.process(message).candidates
     assert (candidate.type, candidate.ttl_days, candidate.rule_id) == (COMMIT, 90, rule_id)
+
+
+@pytest.mark.parametrize("text, summary", [
+    ("remember that my brother loves skiing", "their brother loves skiing"),
+    ("Please note that my wife hates onions", "their wife hates onions"),
+    ("remember that my sister is called Anna", "their sister is called Anna"),
+    ("记住我同事喜欢钓鱼", "同事喜欢钓鱼"),
+    ("请记住，我老婆不吃香菜", "老婆不吃香菜"),
+    ("记住我女儿叫朵朵", "女儿叫朵朵"),
+])
+def test_explicit_requests_about_people_in_the_users_life_are_honoured(funnel, text, summary):
+    result = funnel.process(text)
+    assert [c.content for c in result.candidates] == [summary] and result.declined is None
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("Remember that I have diabetes", "health or medication"),
+    ("记住我有抑郁症", "health"),
+])
+def test_a_declined_explicit_request_says_why(funnel, text, reason):
+    result = funnel.process(text)
+    assert (result.stage, result.candidates, result.declined) == ("sensitive", (), reason)
+
+
+@pytest.mark.parametrize("text", ["I have diabetes", "I like tea", "我有抑郁症"])
+def test_a_message_that_asks_nothing_is_not_declined(funnel, text):
+    assert funnel.process(text).declined is None

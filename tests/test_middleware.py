@@ -785,3 +785,14 @@ def test_unreadable_input_stream_reaches_the_app(db, rules):
     assert b"".join(make(db, rules, app)(environ, lambda *a: None)) == b"ok"
     assert app_saw == [stream] and environ["CONTENT_LENGTH"] == str(len(VALID))
     assert environ["memo.memories"] == []
+
+
+@pytest.mark.parametrize("message, declined", [
+    ("Remember that I have diabetes", "health or medication"),
+    ("Remember that my sister is called Anna", None),
+    ("I have diabetes", None),
+])
+def test_the_app_learns_why_an_explicit_request_to_remember_was_declined(db, rules, message, declined):
+    app = RecordingApp()
+    run(make(db, rules, app, queue=RecordingQueue()), environ_for(plain(message)))
+    assert app.last["environ"].get("memo.declined") == declined
