@@ -520,6 +520,9 @@ FORGET_PHRASINGS_EN = [
     _f("I don't want you to remember anything about me", ALL, id="en-dont-want-you-to-remember"),
     _f("Hi. Forget everything you've learned about me", ALL, id="en-after-greeting"),
     _f("Never mind, forget everything we talked about", ALL, id="en-everything-we-talked-about"),
+    _f("Can you forget everything about me?", ALL, id="en-can-you-question-request"),
+    _f("Forget what I told you about me", ALL, id="en-what-i-told-you-about-me"),
+    _f("Forget everything from our previous conversations", ALL, id="en-from-previous-conversations"),
     # one subject
     _f("forget what I said about my sister", MATCH, "my sister", id="en-what-i-said-about"),
     _f("Forget what I told you about my job", MATCH, "my job", id="en-what-i-told-you-about"),
@@ -560,6 +563,9 @@ FORGET_PHRASINGS_EN = [
     _f("Forget it", NO, id="en-not-forget-it"),
     _f("How can you forget all of it?", NO, id="en-not-how-can-you"),
     _f("Stop saving the file", NO, id="en-not-stop-saving-file"),
+    _f("Will you forget me?", NO, id="en-not-will-you-forget-me"),
+    _f("Delete the part about pricing", NO, id="en-not-edit-a-text"),
+    _f("Why don't you remember anything about me?", NO, id="en-not-why-dont-you-remember"),
 ]
 
 FORGET_PHRASINGS_ZH = [
