@@ -440,7 +440,6 @@ NOT_FORGET = [
     pytest.param("Clear all my browser cookies", id="en-clear-cookies"),
     pytest.param("Delete my data from the spreadsheet", id="en-delete-from-sheet"),
     pytest.param("Forget about it", id="en-forget-about-it"),
-    pytest.param("Forget everything I said about the bug", id="en-forget-the-bug"),
     # Chinese: the user forgetting, a reminder, a reproach, or not about the user
     pytest.param("我忘了带伞", id="zh-i-forgot-umbrella"),
     pytest.param("别忘了明天开会", id="zh-dont-forget-meeting"),
@@ -470,6 +469,180 @@ NOT_FORGET = [
 @pytest.mark.parametrize("message", NOT_FORGET)
 def test_not_a_forget_request(funnel, message):
     assert funnel.process(message).stage != "forget"
+
+
+# -- forgetting: every ordinary phrasing (issue 31) ---------------------------------------------
+#
+# A request is an imperative (or a polite wrapper around one: please, can you, could you, I want
+# you to, 请, 麻烦, 帮我, 能不能) at the start of a clause, a forget verb and a scope object:
+# everything / all of it / about me / my data / 关于我的 / 我说过的都 / 所有 (scope all), or
+# "what I said about X" / "我说过的关于X的事" / "把X那条忘了" (scope match, X). A question about
+# forgetting, the user's own forgetting, a reminder ("don't forget…"), someone else's memories
+# and a never-mind ("forget it", "forget what I said") are not requests: they would delete data.
+
+def _f(message, scope, match=None, id=None):
+    return pytest.param(message, scope, match, id=id)
+
+
+ALL, MATCH, NO = "all", "match", None
+
+FORGET_PHRASINGS_EN = [
+    # everything
+    _f("forget everything", ALL, id="en-forget-everything"),
+    _f("Forget everything.", ALL, id="en-forget-everything-period"),
+    _f("please forget everything you know", ALL, id="en-please-forget-everything-you-know"),
+    _f("Please forget everything you know about me.", ALL, id="en-everything-you-know-about-me"),
+    _f("forget all of it", ALL, id="en-forget-all-of-it"),
+    _f("Forget it all, please", ALL, id="en-forget-it-all-please"),
+    _f("Could you forget everything I've told you?", ALL, id="en-could-you-everything-told"),
+    _f("can you please forget everything about me", ALL, id="en-can-you-please"),
+    _f("I want you to forget everything about me", ALL, id="en-i-want-you-to"),
+    _f("I'd like you to forget all about me", ALL, id="en-id-like-you-to-all-about-me"),
+    _f("Forget all you know about me", ALL, id="en-all-you-know"),
+    _f("Just forget me", ALL, id="en-just-forget-me"),
+    _f("Please forget about me.", ALL, id="en-forget-about-me"),
+    _f("Delete everything you know about me", ALL, id="en-delete-everything-you-know"),
+    _f("erase all the data you have on me", ALL, id="en-erase-data-on-me"),
+    _f("Delete all my data, please", ALL, id="en-delete-all-my-data-please"),
+    _f("Wipe your memory", ALL, id="en-wipe-your-memory"),
+    _f("Clear your memories of me", ALL, id="en-clear-memories-of-me"),
+    _f("reset your memory", ALL, id="en-reset-memory"),
+    _f("Remove all memories about me", ALL, id="en-remove-memories-about-me"),
+    _f("Stop remembering things about me", ALL, id="en-stop-remembering"),
+    _f("Please stop storing my data", ALL, id="en-stop-storing-my-data"),
+    _f("Don't remember anything I say", ALL, id="en-dont-remember-anything"),
+    _f("Never remember anything about me again", ALL, id="en-never-remember-again"),
+    _f("I don't want you to remember anything about me", ALL, id="en-dont-want-you-to-remember"),
+    _f("Hi. Forget everything you've learned about me", ALL, id="en-after-greeting"),
+    _f("Never mind, forget everything we talked about", ALL, id="en-everything-we-talked-about"),
+    _f("Can you forget everything about me?", ALL, id="en-can-you-question-request"),
+    _f("Forget what I told you about me", ALL, id="en-what-i-told-you-about-me"),
+    _f("Forget everything from our previous conversations", ALL, id="en-from-previous-conversations"),
+    # one subject
+    _f("forget what I said about my sister", MATCH, "my sister", id="en-what-i-said-about"),
+    _f("Forget what I told you about my job", MATCH, "my job", id="en-what-i-told-you-about"),
+    _f("please forget what I said about cilantro", MATCH, "cilantro", id="en-please-what-i-said-about"),
+    _f("Could you forget everything I told you about my ex?", MATCH, "my ex", id="en-everything-told-about-x"),
+    _f("Forget everything I said about the bug", MATCH, "the bug", id="en-everything-said-about-the-bug"),
+    _f("Delete what you know about my address", MATCH, "my address", id="en-delete-what-you-know-about"),
+    _f("Forget everything about my ex", MATCH, "my ex", id="en-everything-about-x"),
+    _f("forget that I like jazz", MATCH, "I like jazz", id="en-forget-that-i"),
+    _f("Forget the part where I said I hate running", MATCH, "I hate running", id="en-the-part-where"),
+    _f("Please forget about my trip to Rome", MATCH, "my trip to Rome", id="en-forget-about-x"),
+    # look-alikes: not requests
+    _f("delete everything in my downloads folder", NO, id="en-not-downloads"),
+    _f("don't forget about me", NO, id="en-not-dont-forget-me"),
+    _f("I always forget that my keys are in the car", NO, id="en-not-i-always-forget"),
+    _f("Did you forget everything?", NO, id="en-not-did-you-forget"),
+    _f("can you forget things?", NO, id="en-not-can-you-forget-things"),
+    _f("how do I make you forget everything?", NO, id="en-not-how-do-i"),
+    _f("How do I make you forget everything about me?", NO, id="en-not-how-do-i-about-me"),
+    _f("I want to forget everything about my ex", NO, id="en-not-i-want-to-forget"),
+    _f("Help me forget everything about my ex", NO, id="en-not-help-me-forget"),
+    _f("don't forget to buy milk", NO, id="en-not-dont-forget-milk"),
+    _f("Do you ever forget anything about me?", NO, id="en-not-do-you-ever"),
+    _f("Will you forget everything about me when I log out?", NO, id="en-not-will-you-when"),
+    _f("Why did you forget everything about me?", NO, id="en-not-why-did-you"),
+    _f("Did you forget me?", NO, id="en-not-did-you-forget-me"),
+    _f("You forget everything!", NO, id="en-not-complaint"),
+    _f("If you forget everything about me, I'll be sad", NO, id="en-not-if"),
+    _f("Please don't forget everything I told you", NO, id="en-not-please-dont-forget"),
+    _f("I forgot everything I learned in school", NO, id="en-not-i-forgot"),
+    _f("Delete all the files in this folder", NO, id="en-not-delete-files"),
+    _f("Clear all my browser cookies", NO, id="en-not-clear-cookies"),
+    _f("Forget me not is my favourite flower", NO, id="en-not-forget-me-not"),
+    _f("Does clearing your memory delete everything about me?", NO, id="en-not-does-clearing"),
+    _f("forget what I said", NO, id="en-not-never-mind-what-i-said"),
+    _f("Forget all that, let's talk about dinner", NO, id="en-not-forget-all-that"),
+    _f("Forget what I said about it", NO, id="en-not-about-it"),
+    _f("Forget it", NO, id="en-not-forget-it"),
+    _f("How can you forget all of it?", NO, id="en-not-how-can-you"),
+    _f("Stop saving the file", NO, id="en-not-stop-saving-file"),
+    _f("Will you forget me?", NO, id="en-not-will-you-forget-me"),
+    _f("Delete the part about pricing", NO, id="en-not-edit-a-text"),
+    _f("Why don't you remember anything about me?", NO, id="en-not-why-dont-you-remember"),
+]
+
+FORGET_PHRASINGS_ZH = [
+    # everything
+    _f("忘掉所有", ALL, id="zh-forget-all"),
+    _f("忘掉所有吧", ALL, id="zh-forget-all-ba"),
+    _f("把我说过的都忘了", ALL, id="zh-ba-all-i-said"),
+    _f("别再记我了", ALL, id="zh-dont-record-me-anymore"),
+    _f("关于我的都删了", ALL, id="zh-all-about-me-deleted"),
+    _f("请忘掉关于我的一切", ALL, id="zh-please-everything-about-me"),
+    _f("把关于我的都删掉吧", ALL, id="zh-ba-about-me-ba"),
+    _f("帮我把你记住的东西全部删除", ALL, id="zh-help-ba-what-you-remember"),
+    _f("麻烦把我说过的话全都忘掉", ALL, id="zh-mafan-all-i-said"),
+    _f("删除你保存的关于我的所有信息", ALL, id="zh-delete-info-you-saved"),
+    _f("你能把关于我的记忆都清除吗？", ALL, id="zh-can-you-question-request"),
+    _f("能不能忘掉我说过的所有话", ALL, id="zh-nengbuneng"),
+    _f("我想让你忘掉关于我的一切", ALL, id="zh-i-want-you-to"),
+    _f("不要再记录关于我的任何东西了", ALL, id="zh-dont-record-anything"),
+    _f("以后别记我说的话了", ALL, id="zh-from-now-dont-record"),
+    _f("你别再记着我了", ALL, id="zh-you-dont-keep-me"),
+    _f("清空你的记忆吧", ALL, id="zh-empty-memory-ba"),
+    _f("请删除我的所有数据", ALL, id="zh-please-delete-my-data"),
+    _f("好了，把我的信息都删了吧", ALL, id="zh-after-comma"),
+    _f("忘了我吧", ALL, id="zh-forget-me-ba"),
+    _f("所有关于我的记忆都删掉", ALL, id="zh-topic-all-memories"),
+    _f("我说过的全都忘掉吧", ALL, id="zh-topic-all-i-said"),
+    _f("不要保存我的任何信息", ALL, id="zh-dont-save-my-info"),
+    _f("把你知道的都忘了吧", ALL, id="zh-ba-what-you-know"),
+    _f("忘掉一切吧", ALL, id="zh-forget-everything-ba"),
+    # one subject
+    _f("忘掉我说过的关于咖啡的事", MATCH, "咖啡", id="zh-what-i-said-about-x"),
+    _f("把我喜欢猫那条忘了", MATCH, "我喜欢猫", id="zh-ba-that-one-forget"),
+    _f("把我喜欢看恐怖片那条记录删掉", MATCH, "我喜欢看恐怖片", id="zh-ba-that-record"),
+    _f("请忘记我说过的关于我前任的话", MATCH, "我前任", id="zh-please-about-my-ex"),
+    _f("删掉关于我工作的记忆", MATCH, "我工作", id="zh-memory-about-my-work"),
+    _f("把你记住的关于我家人的信息都删了", MATCH, "我家人", id="zh-ba-info-about-x"),
+    _f("忘掉关于跑步的记忆", MATCH, "跑步", id="zh-memory-about-x"),
+    _f("忘了我住在上海", MATCH, "我住在上海", id="zh-forget-statement"),
+    _f("帮我把我说过的关于减肥的话都忘掉", MATCH, "减肥", id="zh-help-ba-about-x"),
+    _f("请把我不吃辣那条删了", MATCH, "我不吃辣", id="zh-please-ba-that-one"),
+    # look-alikes: not requests
+    _f("我总是忘记带钥匙", NO, id="zh-not-always-forget-keys"),
+    _f("你会忘掉我说的话吗？", NO, id="zh-not-will-you-forget"),
+    _f("别忘了明天开会", NO, id="zh-not-dont-forget-meeting"),
+    _f("我想忘掉关于前任的一切", NO, id="zh-not-i-want-to-forget-ex"),
+    _f("删除所有文件", NO, id="zh-not-delete-all-files"),
+    _f("忘记一切烦恼吧", NO, id="zh-not-forget-worries"),
+    _f("你忘了我说过的话吗？", NO, id="zh-not-reproach-question"),
+    _f("我把你说的都忘了", NO, id="zh-not-i-forgot-what-you-said"),
+    _f("我把我说过的都忘了", NO, id="zh-not-i-forgot-what-i-said"),
+    _f("你会记住关于我的一切吗？", NO, id="zh-not-will-you-remember"),
+    _f("关于我的都删了吗？", NO, id="zh-not-deleted-question"),
+    _f("你把关于我的都删了？", NO, id="zh-not-you-deleted-question"),
+    _f("别忘了我说过的话", NO, id="zh-not-dont-forget-what-i-said"),
+    _f("怎么让你忘掉所有关于我的事？", NO, id="zh-not-how-to"),
+    _f("你能忘记事情吗？", NO, id="zh-not-can-you-forget-things"),
+    _f("清空购物车", NO, id="zh-not-empty-cart"),
+    _f("帮我删掉文档里关于价格的信息", NO, id="zh-not-edit-document"),
+    _f("我忘了我说过什么", NO, id="zh-not-forgot-what-i-said"),
+    _f("你是不是把我说过的都忘了？", NO, id="zh-not-did-you-forget-all"),
+    _f("忘掉我说的话吧", NO, id="zh-not-never-mind"),
+    _f("删掉我手机里的所有照片", NO, id="zh-not-delete-photos"),
+    _f("别再记错我的名字了", NO, id="zh-not-misremember-name"),
+    _f("我不想记住关于他的任何事", NO, id="zh-not-about-him"),
+    _f("所有东西都删了", NO, id="zh-not-everything-deleted"),
+    _f("删掉所有东西", NO, id="zh-not-delete-all-things"),
+    _f("你已经把关于我的都删掉了吗", NO, id="zh-not-already-deleted"),
+    _f("你把关于我的都删掉了", NO, id="zh-not-you-deleted"),
+]
+
+
+@pytest.mark.parametrize(("message", "scope", "match"), FORGET_PHRASINGS_EN + FORGET_PHRASINGS_ZH)
+def test_forget_phrasings(funnel, message, scope, match):
+    result = funnel.process(message)
+    if scope is None:
+        assert result.stage != "forget", result.trace
+    else:
+        assert (result.stage, result.forget_scope, result.forget_match) == ("forget", scope, match), result.trace
+
+
+def test_forget_phrasing_tables_cover_both_languages():
+    assert len(FORGET_PHRASINGS_EN) >= 40 and len(FORGET_PHRASINGS_ZH) >= 40
 
 
 # -- sensitive: allergies are health data, never stored --------------------------------------
