@@ -4,6 +4,7 @@ start-up, not on the first matching message."""
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -197,8 +198,9 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
             rule = rule_id and (_trigger(node, rule_id, rule_file, report) if section in ("triggers", "grammar")
                                 else _gate(node, rule_id, section, path, report))
             if rule and section == "grammar":
-                # Only the object must be there; the adverbs and the negation may be empty.
-                rule = replace(rule, statement=True, summary_fields=("what",))
+                # What the key names must be there ({what}, usually); the adverbs and the negation may be empty.
+                key_fields = tuple(f for _, f, _, _ in string.Formatter().parse(rule.key) if f)
+                rule = replace(rule, statement=True, summary_fields=key_fields)
             if rule:
                 getattr(rule_file, "triggers" if section == "grammar" else section).append(rule)
     _place_statements(rule_file, data, report)
@@ -210,14 +212,12 @@ def _place_statements(rule_file: RuleFile, data: dict, report: Reporter) -> None
     before = (data.get("grammar") or {}).get("before") if isinstance(data.get("grammar"), dict) else None
     if before is None:
         return
-    ids = [t.id for t in rule_file.triggers if not t.statement]
-    if before not in ids:
+    plain = [t for t in rule_file.triggers if not t.statement]
+    at = next((i for i, t in enumerate(plain) if t.id == before), None)
+    if at is None:
         report(data["grammar"], None, f"grammar.before names no trigger of this file: {before!r}", key="before")
         return
-    statements = [t for t in rule_file.triggers if t.statement]
-    plain = [t for t in rule_file.triggers if not t.statement]
-    at = ids.index(before)
-    rule_file.triggers = plain[:at] + statements + plain[at:]
+    rule_file.triggers = plain[:at] + [t for t in rule_file.triggers if t.statement] + plain[at:]
 
 
 def _topics(data: dict, report: Reporter) -> dict[str, tuple[str, ...]]:

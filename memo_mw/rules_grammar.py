@@ -14,7 +14,7 @@ from .rules_yaml import META_KEYS, Reporter, compile_pattern, mapping_of
 PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
 GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "contractions", "statements", "before"})
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
-                            "ttl_days", "examples", "negated", "object"})
+                            "ttl_days", "examples", "negated", "object", "not_objects"})
 NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "examples"})
 #: Adverbs in a row before the verb, at most (a bound keeps every pattern linear).
 MAX_ADVERBS = 4
@@ -26,7 +26,7 @@ def words(items: list[str]) -> str:
     alternatives = []
     for item in sorted({i.strip().casefold() for i in items}, key=len, reverse=True):
         escaped = r"\s+".join(regex.escape(part) for part in item.split())
-        alternatives.append(escaped + (r"\b" if item[-1].isascii() and item[-1].isalnum() else ""))
+        alternatives.append(escaped + (r"(?![\w-])" if item[-1].isascii() and item[-1].isalnum() else ""))
     return "(?:" + "|".join(alternatives) + ")"
 
 
@@ -80,13 +80,15 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     opening = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*"
     if parts["openers"]:
         opening += rf"(?:{words(parts['openers'])}[\s,，]*){{0,2}}"
-    nodes = []
+    nodes, subjects = [], list(parts["subjects"])
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
             continue
         nodes.extend(_expand(node, opening, parts, grammar, report))
-    opener = compile_pattern(opening + words(parts["subjects"]), "grammar.subjects", grammar, report, key="subjects")
+        subjects += node.get("subjects") or [] if isinstance(node.get("subjects"), list) else []
+    opener = compile_pattern(opening + words([s for s in subjects if isinstance(s, str) and s.strip()]),
+                             "grammar.subjects", grammar, report, key="subjects")
     return nodes, opener
 
 
@@ -101,10 +103,11 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
         report(node, rule_id, "a statement needs verbs", key="verbs") if not verbs else None
         return []
     adverbs = rf"(?:{words(parts['adverbs'])}\s*)" if parts["adverbs"] else "(?!)"
-    start = rf"{opening}{words(subjects)}\s*"
-    stop = rf"(?!\s*{words(parts['not_objects'])})" if parts["not_objects"] else ""
+    start = rf"{opening}(?P<who>{words(subjects)})\s*"
+    not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
+    stop = rf"(?!\s*{words(not_objects)})" if not_objects else ""
     tail = rf"(?P<verb>{words(verbs)})\s*+{stop}(?P<what>{node.get('object', grammar.get('object', '.{1,60}'))})"
-    plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object")}
+    plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
     plain["pattern"] = rf"{start}(?P<how>{adverbs}{{0,{MAX_ADVERBS}}}){tail}"
     negated = node.get("negated")
     if negated is None:

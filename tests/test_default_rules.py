@@ -1107,3 +1107,20 @@ def test_a_declined_explicit_request_says_why(funnel, text, reason):
 @pytest.mark.parametrize("text", ["I have diabetes", "I like tea", "我有抑郁症"])
 def test_a_message_that_asks_nothing_is_not_declined(funnel, text):
     assert funnel.process(text).declined is None
+
+
+@pytest.mark.parametrize("text, summary", [
+    ("My father is a farmer", "their father is a farmer"),
+    ("Our daughter starts primary school in the autumn", "their daughter starts primary school in the autumn"),
+    ("我老婆是小学语文老师", "老婆是小学语文老师"),
+    ("我女儿在学钢琴，每周六上课", "女儿在学钢琴"),
+    ("I'm retired", "is retired"),
+    ("I am married with two kids", "is married with two kids"),
+])
+def test_household_facts_and_states_are_kept_minimal(funnel, text, summary):
+    assert [c.content for c in funnel.process(text).candidates] == [summary]
+
+
+@pytest.mark.parametrize("text", ["My wife is upset with me", "My brother loves skiing", "我老婆在生气", "他老婆是老师"])
+def test_what_others_feel_or_like_is_not_the_users_memory(funnel, text):
+    assert funnel.process(text).candidates == ()
