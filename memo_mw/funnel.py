@@ -36,6 +36,7 @@ _SPLIT = regex.compile(
 # A last clause that is a question is one too: "我很喜欢打羽毛球，你也喜欢运动吗？" keeps the statement.
 _CLAUSES = regex.compile(
     r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)"
+    r"|[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
     r"|[,，]\s*(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)",
     regex.IGNORECASE | regex.V1,
 )

@@ -267,7 +267,7 @@ EN_CAPTURED = [
     _p("From now on, write in Spanish", STYLE, 1, "answer style: write in Spanish", "en-style-write-in-not-translate"),
     # explicit memory
     _p("Remember that my birthday is May 3", FACT, 1, "their birthday is May 3", "en-remember"),
-    _p("Please remember I take the bus to work", FACT, 1, "they take the bus to work", "en-remember-please"),
+    _p("Please remember I take the bus to work", FACT, 1, "takes the bus to work", "en-remember-please"),
     _p("Remember that I hate cilantro", PREF, -1, "dislikes cilantro", "en-remember-a-dislike"),
 ]
 
