@@ -31,15 +31,17 @@ _SPLIT = regex.compile(
     r"|[,，]\s*(?=and\s+I\b|而我|我自己)",
     regex.IGNORECASE | regex.V1,
 )
-# Clauses of a sentence, each judged on its own ("I have two cats and I love jazz"), while the
-# sensitive gates judge the whole sentence: "I have diabetes and I like green tea" stays out.
-# A last clause that is a question is one too: "我很喜欢打羽毛球，你也喜欢运动吗？" keeps the statement.
-_CLAUSES = regex.compile(
-    r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)"
-    r"|[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
+# A sentence is read in parts. Its statements: a comma before a clause of condition or cause, or
+# before a last clause that is a question ("我很喜欢打羽毛球，你也喜欢运动吗？") starts another one;
+# the negative gates judge a statement whole. Its clauses: "I have two cats and I love jazz" is two,
+# each tried by the triggers on its own. The sensitive gates judge the whole sentence, so "I have
+# diabetes and I like green tea" stays out.
+_STATEMENTS = regex.compile(
+    r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
     r"|[,，]\s*(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)",
     regex.IGNORECASE | regex.V1,
 )
+_CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)", regex.IGNORECASE | regex.V1)
 _BLANKS = regex.compile(r"[^\S\n]+")
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}
@@ -100,13 +102,16 @@ class _Hit:
     trigger: Trigger
     match: regex.Match
     rule_file: RuleFile
-    whole: str = ""  # the sentence the clause is part of
+    statement: str = ""  # the statement the clause is part of: what the negative gates read
+    whole: str = ""  # the sentence: what the sensitive gates read
 
 
-def clauses(text: str) -> list[tuple[str, str]]:
-    """The clauses of ``text``, each with the sentence it is part of."""
-    sentences = [s.strip() for s in _SPLIT.split(text) if s and s.strip()]
-    return [(c.strip(), sentence) for sentence in sentences for c in _CLAUSES.split(sentence) if c.strip()]
+def clauses(text: str) -> list[tuple[str, str, str]]:
+    """The clauses of ``text``, each with its statement and its sentence."""
+    return [(clause.strip(), statement.strip(), sentence.strip())
+            for sentence in _SPLIT.split(text) if sentence and sentence.strip()
+            for statement in _STATEMENTS.split(sentence) if statement.strip()
+            for clause in _CLAUSES.split(statement) if clause.strip()]
 
 
 class Funnel:
@@ -167,7 +172,7 @@ class Funnel:
         candidates = []
         if gate.scope == "match":
             # "Forget that I play tennis. I like golf now.": the other sentences still count.
-            rest = [(c, s) for c, s in sentences if self._search(gate, c) is None]
+            rest = [parts for parts in sentences if self._search(gate, parts[0]) is None]
             if rest:
                 candidates = self._capture(text, rest, trace)[1]
         return FunnelResult("forget", candidates=tuple(candidates), forget_scope=gate.scope, forget_match=what,
@@ -199,10 +204,10 @@ class Funnel:
                     return gate, what
         return None
 
-    def _capture(self, text: str, sentences: list[tuple[str, str]], trace: list[tuple[str, str]]
+    def _capture(self, text: str, sentences: list[tuple[str, str, str]], trace: list[tuple[str, str]]
                  ) -> tuple[str, list[Candidate]]:
         """Trigger, length, negative, sensitive and compression stages over the given clauses."""
-        hits = [hit for clause, sentence in sentences if (hit := self._trigger(clause, sentence)) is not None]
+        hits = [hit for parts in sentences if (hit := self._trigger(*parts)) is not None]
         if not hits:
             trace.append(("trigger", "no trigger matched"))
             return "no_trigger", []
@@ -223,7 +228,7 @@ class Funnel:
                 ("negative", self._negative_message, lambda hit: self._negative_sentence[id(hit.rule_file)]),
                 ("sensitive", self._sensitive_message, lambda hit: self._sensitive_sentence)):
             whole = self._gate_hit(message_gates, text)
-            read = (lambda hit: hit.whole) if stage == "sensitive" else (lambda hit: hit.sentence)
+            read = (lambda hit: hit.whole) if stage == "sensitive" else (lambda hit: hit.statement)
             stops = [(hit, whole or self._gate_hit(sentence_gates(hit), read(hit))) for hit in hits]
             trace.extend((stage, f"{gate.id}: {gate.reason}") for _, gate in stops if gate is not None)
             hits = [hit for hit, gate in stops if gate is None]
@@ -242,7 +247,7 @@ class Funnel:
             return "unusable", []
         return "captured", list(candidates.values())
 
-    def _trigger(self, sentence: str, whole: str = "") -> _Hit | None:
+    def _trigger(self, sentence: str, statement: str = "", whole: str = "") -> _Hit | None:
         """The first trigger, in file order, that matches the sentence. The grammar's triggers read
         it with contractions spelled out, and only when it opens as a statement (a subject)."""
         folded = sentence.casefold()
@@ -258,7 +263,7 @@ class Funnel:
                     continue
                 match = self._search(trigger, said if trigger.statement else sentence)
                 if match is not None:
-                    return _Hit(sentence, trigger, match, rule_file, whole or sentence)
+                    return _Hit(sentence, trigger, match, rule_file, statement or sentence, whole or sentence)
         return None
 
     def _compress(self, hit: _Hit) -> Candidate | None:

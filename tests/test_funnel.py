@@ -179,3 +179,31 @@ def test_requires_is_a_pre_check_that_changes_nothing_else(tmp_path):
     assert funnel.process("From now on keep it SHORT").candidates[0].rule_id == "en.short"
     assert funnel.process("I like short stories").candidates[0].rule_id == "en.like"
     assert funnel.process("from now on be kind").stage == "no_trigger"
+
+
+def test_a_sentence_is_read_in_statements_and_clauses():
+    from memo_mw.funnel import clauses
+    assert clauses("I have two cats and I love jazz. 我很喜欢打羽毛球，你也喜欢运动吗？") == [
+        ("I have two cats", "I have two cats and I love jazz.", "I have two cats and I love jazz."),
+        ("and I love jazz.", "I have two cats and I love jazz.", "I have two cats and I love jazz."),
+        ("我很喜欢打羽毛球", "我很喜欢打羽毛球", "我很喜欢打羽毛球，你也喜欢运动吗？"),
+        ("你也喜欢运动吗？", "你也喜欢运动吗？", "我很喜欢打羽毛球，你也喜欢运动吗？"),
+    ]
+
+
+def test_each_clause_is_its_own_memory_and_the_gates_read_the_whole():
+    funnel = Funnel(load_rules())
+    both = funnel.process("I have two cats and I love jazz")
+    assert [c.content for c in both.candidates] == ["has two cats", "likes jazz"]
+    assert [c.content for c in funnel.process("我很喜欢打羽毛球，你也喜欢运动吗？").candidates] == ["喜欢打羽毛球"]
+    # the statement's other clause still counts for the negative gates, the sentence for the sensitive ones
+    assert funnel.process("The weather is so nice today and I want to take a walk").stage == "negative"
+    assert funnel.process("I have diabetes and I like green tea").stage == "sensitive"
+
+
+def test_the_length_limit_is_a_clauses():
+    funnel = Funnel(load_rules())
+    story = "Yesterday was a long day at the office and the train home was late again. " * 4
+    result = funnel.process(story + "I'm a nurse in Leeds.")
+    assert [c.content for c in result.candidates] == ["is a nurse in Leeds"]
+    assert funnel.process("I like " + "very " * 60 + "long walks").stage in ("too_long", "unusable")
