@@ -31,17 +31,12 @@ _SPLIT = regex.compile(
     r"|[,，]\s*(?=and\s+I\b|而我|我自己)",
     regex.IGNORECASE | regex.V1,
 )
-# A sentence is read in parts. Its statements: a comma before a clause of condition or cause, or
-# before a last clause that is a question ("我很喜欢打羽毛球，你也喜欢运动吗？") starts another one;
-# the negative gates judge a statement whole. Its clauses: "I have two cats and I love jazz" is two,
-# each tried by the triggers on its own. The sensitive gates judge the whole sentence, so "I have
-# diabetes and I like green tea" stays out.
-_STATEMENTS = regex.compile(
-    r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
-    r"|[,，]\s*(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)",
-    regex.IGNORECASE | regex.V1,
-)
-_CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)", regex.IGNORECASE | regex.V1)
+# A sentence's statements (a comma before a clause of condition or cause, or before a last question:
+# "我很喜欢打羽毛球，你也喜欢运动吗？") are what the negative gates judge; its clauses ("I have two cats and
+# I love jazz") are tried one by one; the sensitive gates judge the sentence ("I have diabetes and I…").
+_STATEMENTS = regex.compile(r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|"
+                            r"虽然|只是)|[,，]\s*(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)", regex.IGNORECASE | regex.V1)
+_CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)", regex.I | regex.V1)
 _BLANKS = regex.compile(r"[^\S\n]+")
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}
