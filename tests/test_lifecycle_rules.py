@@ -148,6 +148,8 @@ DRIFT = [
     pytest.param("我爱喝奶茶", "我把奶茶戒掉了", "奶茶", id="zh-ba-jie"),
     pytest.param("我喜欢打篮球", "我不打篮球了", "篮球", id="zh-da"),
     pytest.param("我喜欢喝咖啡", "我喝不了咖啡", "咖啡", id="zh-cannot-drink"),
+    pytest.param("我喜欢喝咖啡", "我最近把咖啡换成了茶", "咖啡", id="zh-switched"),
+    pytest.param("我一直用安卓手机", "我从安卓手机换成了苹果", "安卓手机", id="zh-switched-from"),
     # English
     pytest.param("I like running", "I'm not into running anymore", "running", id="en-not-into-anymore"),
     pytest.param("I love coffee", "I don't drink coffee anymore", "coffee", id="en-dont-drink-anymore"),
@@ -161,6 +163,8 @@ DRIFT = [
     pytest.param("I enjoy going to the gym", "I don't go to the gym anymore", "gym", id="en-go-to-the-gym"),
     pytest.param("I like to watch horror films", "I no longer watch horror films", "horror films", id="en-like-to"),
     pytest.param("I'm really into jazz", "I'm no longer into jazz", "jazz", id="en-no-longer-into"),
+    pytest.param("I love Android", "I'm switching from Android to iPhone", "android", id="en-switching-from"),
+    pytest.param("I use Linux", "I recently switched from Linux to macOS", "linux", id="en-switched-from"),
 ]
 
 _CHANGE_WORDS = regex.compile(r"(?i)\b(?:anymore|any\s+more|any\s+longer)\b|了$")
