@@ -12,7 +12,7 @@ import regex
 from .rules_yaml import META_KEYS, Reporter, compile_pattern, mapping_of
 
 PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
-GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "contractions", "statements", "before"})
+GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before"})
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
                             "ttl_days", "examples", "negated", "object", "not_objects"})
 NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "examples"})
@@ -100,12 +100,12 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
     verbs = _word_list(node, "verbs", rule_id, report)
     subjects = _word_list(node, "subjects", rule_id, report) if "subjects" in node else parts["subjects"]
     if not verbs or not subjects:
-        report(node, rule_id, "a statement needs verbs", key="verbs") if not verbs else None
-        return []
+        return report(node, rule_id, "a statement needs verbs and subjects", key="verbs") or []
     adverbs = rf"(?:{words(parts['adverbs'])}\s*)" if parts["adverbs"] else "(?!)"
     start = rf"{opening}(?P<who>{words(subjects)})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects)})" if not_objects else ""
+    stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""
     tail = rf"(?P<verb>{words(verbs)})\s*+{stop}(?P<what>{node.get('object', grammar.get('object', '.{1,60}'))})"
     plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
     plain["pattern"] = rf"{start}(?P<how>{adverbs}{{0,{MAX_ADVERBS}}}){tail}"

@@ -1124,3 +1124,25 @@ def test_household_facts_and_states_are_kept_minimal(funnel, text, summary):
 @pytest.mark.parametrize("text", ["My wife is upset with me", "My brother loves skiing", "我老婆在生气", "他老婆是老师"])
 def test_what_others_feel_or_like_is_not_the_users_memory(funnel, text):
     assert funnel.process(text).candidates == ()
+
+
+# What is not a memory of the user, though it reads like a statement (issue 31, item 5): moods and
+# evaluations, one-off events of today, vague objects, hypotheticals, advice or words for someone else.
+NOT_MEMORIES = [
+    "I'm so tired today", "I'm happy", "I'm bored", "I'm not sure", "I'm sorry", "I'm glad to hear that",
+    "I'm fine, thanks", "I'm busy right now", "I'm confused", "I'm on my way", "I'm impressed",
+    "I like that idea", "I just had lunch", "I'm watching a movie right now", "I'm interested in getting into it",
+    "I want to try that", "If I had money I'd buy a boat", "don't forget they don't define you",
+    "You should try yoga", "Tell her I love her", "I'm doing well, thank you", "I love this song",
+    "I'm learning a lot from you", "I'm looking forward to it", "I'm going to bed", "I hate when that happens",
+    "I love how you explained it", "I'm in the kitchen",
+    "我很累", "我好开心", "我是非常满意的", "我觉得还行", "我有点紧张", "我不知道", "我今天很忙", "我觉得挺好的",
+    "我很喜欢这个回答", "我刚吃完饭", "我今天去了超市", "我昨天看了一部电影", "我想试试这个", "我也喜欢那样",
+    "要是我有钱我就买房", "假如我是你", "你要记得多喝水", "跟他说我很想他", "我在路上", "我在家", "我正在吃饭",
+    "我现在在开会", "我明白了", "我同意", "我也这么觉得", "我爱你",
+]
+
+
+@pytest.mark.parametrize("text", NOT_MEMORIES)
+def test_what_only_reads_like_a_statement_is_not_kept(funnel, text):
+    assert funnel.process(text).candidates == ()

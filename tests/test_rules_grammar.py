@@ -108,7 +108,7 @@ def test_examples_are_checked_with_contractions_spelled_out(rules_path):
     ("subjects: [i]", "grammar needs subjects"),
     ("before: t.remind", "grammar.before names no trigger of this file: 'nothing'"),
     ("openers: [well, actually]", "unknown grammar key 'openerz'"),
-    ("verbs: [eat]", "g.eat: a statement needs verbs"),
+    ("verbs: [eat]", "g.eat: a statement needs verbs and subjects"),
     ("negated: {summary: \"doesn't {verb} {what}\"}", "g.eat: unknown key 'colour' in negated"),
 ])
 def test_mistakes_are_reported_with_their_line(rules_path, change, problem):
