@@ -912,3 +912,18 @@ def test_not_an_answer_style(funnel, message):
 def test_promises_are_commitments_in_both_languages(funnel, message, rule_id):
     [candidate] = funnel.process(message).candidates
     assert (candidate.type, candidate.ttl_days, candidate.rule_id) == (COMMIT, 90, rule_id)
+
+
+# -- questions: 呢 without a question word, return questions and tags -----------------------------
+
+@pytest.mark.parametrize("message", [
+    "我也很喜欢小狗呢", "我很喜欢打羽毛球、跑步和游泳，你也喜欢运动吗？", "我比较喜欢自然风光，你有推荐的地方吗？",
+    "I love reading, you know?",
+])
+def test_a_statement_with_a_return_question_or_tag_is_captured(funnel, message):
+    assert funnel.process(message).stage == "captured"
+
+
+@pytest.mark.parametrize("message", ["我喜欢什么颜色呢", "我有没有说过我喜欢猫", "我喜欢猫吧？", "I love jazz, don't I?"])
+def test_a_question_about_the_user_is_not_captured(funnel, message):
+    assert funnel.process(message).stage != "captured"
