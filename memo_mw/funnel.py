@@ -12,7 +12,7 @@ import regex
 from . import defaults
 from .privacy import mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
-from .rules_grammar import spelled_out
+from .rules_grammar import lowered, spelled_out
 from .summary import strip_edge_punct, summarize
 from .text import nfkc
 from .topics import TopicTagger
@@ -35,19 +35,23 @@ _SPLIT = regex.compile(
 # "我很喜欢打羽毛球，你也喜欢运动吗？") are what the negative gates judge; its clauses ("I have two cats and
 # I love jazz") are tried one by one; the sensitive gates judge the sentence ("I have diabetes and I…").
 _STATEMENTS = regex.compile(r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|"
-                            r"虽然|只是)|[,，]\s*(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)", regex.IGNORECASE | regex.V1)
+                            r"虽然|只是)|[,，]\s*+(?!(?:do|am|are|did|have|can|will|would|was)(?:n't|n’t| not)?\s+I\s*[?？])"
+                            r"(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)", regex.IGNORECASE | regex.V1)
 _CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)", regex.I | regex.V1)
 _BLANKS = regex.compile(r"[^\S\n]+")
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}
 
 
-def _union(patterns: list[regex.Pattern]) -> regex.Pattern | None:
-    """One pattern matching wherever any of ``patterns`` matches; None if they cannot be joined."""
-    try:
-        return regex.compile("|".join(f"(?:{p.pattern})" for p in patterns), regex.V0 | regex.IGNORECASE)
-    except regex.error:
-        return None
+def negation_in(trigger: Trigger, match: regex.Match) -> str | None:
+    """The negation among a statement's adverbs ("do not" in "really do not"), if there is one."""
+    found = trigger.negation and trigger.negation.search(match.group("how") or "")
+    return found.group() if found else None
+
+
+def statement_form(trigger: Trigger, match: regex.Match) -> bool:
+    """A statement's plain and negated triggers share a pattern: the negation tells which one it is."""
+    return not trigger.statement or (negation_in(trigger, match) is not None) == trigger.negated
 
 
 def _applies(rule_file: RuleFile, text: str) -> bool:
@@ -95,7 +99,7 @@ class FunnelResult:
 class _Hit:
     sentence: str  # the clause the trigger matched
     trigger: Trigger
-    match: regex.Match
+    groups: dict[str, str | None]
     rule_file: RuleFile
     statement: str = ""  # the statement the clause is part of: what the negative gates read
     whole: str = ""  # the sentence: what the sensitive gates read
@@ -116,8 +120,6 @@ class Funnel:
         self.rules = rules
         self.timeout = timeout
         self.topics = TopicTagger(rules.topics)
-        # Each file's fillers joined into one alternation: one pass instead of one per pattern.
-        self._fillers = [(f, _union(f.fillers)) for f in rules.files if f.fillers]
         negative, sensitive = rules.gates("negative"), rules.gates("sensitive")
         self._negative_message = [g for g in negative if g.scope == "message"]
         self._negative_sentence = {id(f): [g for g in f.negative if g.scope == "sentence"] for f in rules.files}
@@ -142,7 +144,7 @@ class Funnel:
     def clean(self, text: str) -> str:
         """NFKC, fillers removed, whitespace collapsed (line breaks stay: they end sentences)."""
         text = nfkc(text)
-        for filler in [f for rule_file, f in self._fillers if f is not None and _applies(rule_file, text)]:
+        for filler in [f for rule_file in self.rules.files if _applies(rule_file, text) for f in rule_file.fillers]:
             try:
                 text = filler.sub("", text, timeout=self.timeout)
             except TimeoutError:
@@ -250,19 +252,24 @@ class Funnel:
             if not _applies(rule_file, sentence):
                 continue
             said = spelled_out(rule_file.contractions, sentence) if rule_file.opening else sentence
-            opens = rule_file.opening is not None and self._search_pattern(rule_file.opening, said) is not None
+            low = lowered(said)
+            opens = rule_file.opening is not None and self._search_pattern(rule_file.opening, low) is not None
             for trigger in rule_file.triggers:
                 if trigger.statement and not opens:
                     continue
                 if trigger.requires and not any(word in folded for word in trigger.requires):
                     continue
-                match = self._search(trigger, said if trigger.statement else sentence)
-                if match is not None:
-                    return _Hit(sentence, trigger, match, rule_file, statement or sentence, whole or sentence)
+                match = self._search(trigger, low if trigger.statement else sentence)
+                if match is not None and statement_form(trigger, match):
+                    # A statement read the lower-cased sentence: what it keeps is taken from the sentence.
+                    groups = {name: None if match.start(name) < 0 else said[match.start(name):match.end(name)]
+                              for name in match.re.groupindex} if trigger.statement else match.groupdict()
+                    groups.setdefault("neg", negation_in(trigger, match) if trigger.statement else None)
+                    return _Hit(sentence, trigger, groups, rule_file, statement or sentence, whole or sentence)
         return None
 
     def _compress(self, hit: _Hit) -> Candidate | None:
-        said, trigger = summarize(hit.trigger, hit.rule_file, hit.match.groupdict()), hit.trigger
+        said, trigger = summarize(hit.trigger, hit.rule_file, hit.groups), hit.trigger
         if said is None:
             return None
         content, key = said

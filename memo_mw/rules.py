@@ -15,7 +15,7 @@ import regex
 from . import defaults
 from .exceptions import RulesError
 from .rules_check import Examples, read_examples, template_fields, wrong_examples
-from .rules_grammar import contractions, spelled_out, statement_nodes
+from .rules_grammar import contractions, lowered, spelled_out, statement_nodes
 from .rules_yaml import META_KEYS, Reporter, compile_pattern, list_of, mapping_of, positive_int, read_yaml, strings
 
 MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
@@ -49,6 +49,8 @@ class Trigger:
     #: A cheap pre-check for long patterns: a sentence must hold one of these (case-folded) first.
     requires: tuple[str, ...] = ()
     statement: bool = False  # made from the statement grammar: read with contractions spelled out
+    negated: bool = False  # a statement's negated form: it matches only with a negation, the plain one only without
+    negation: regex.Pattern | None = None  # a statement's: how a negation is found among its adverbs
     explicit: bool = False  # an explicit request to remember: when it is not kept, the app is told why
 
 
@@ -190,7 +192,7 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
         pronouns=_pronouns(data, report),
         contractions=contractions(data, report),
     )
-    statements, rule_file.opening = statement_nodes(data, report)
+    statements, rule_file.opening, negation = statement_nodes(data, report)
     for section in ("negative", "sensitive", "forget", "recall_all", "triggers", "grammar"):
         nodes = statements if section == "grammar" else list_of(data, section, report)
         for index, node in enumerate(nodes):
@@ -200,7 +202,8 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
             if rule and section == "grammar":
                 # What the key names must be there ({what}, usually); the adverbs and the negation may be empty.
                 key_fields = tuple(f for _, f, _, _ in string.Formatter().parse(rule.key) if f)
-                rule = replace(rule, statement=True, summary_fields=key_fields)
+                rule = replace(rule, statement=True, negated=bool(node.get("__negated__")), negation=negation,
+                               summary_fields=key_fields)
             if rule:
                 getattr(rule_file, "triggers" if section == "grammar" else section).append(rule)
     _place_statements(rule_file, data, report)
@@ -317,7 +320,7 @@ _TRIGGER_VALUES = (
 
 def _trigger(node: dict, rule_id: str, rule_file: RuleFile, report: Reporter) -> Trigger | None:
     _unknown_keys(node, TRIGGER_KEYS, rule_id, report)
-    pattern = compile_pattern(node.get("pattern"), rule_id, node, report)
+    pattern = compile_pattern(node.get("pattern"), rule_id, node, report, lists=node.get("__lists__"))
     values, ok = {}, True
     for name, default, valid, problem in _TRIGGER_VALUES:
         values[name] = node.get(name, default)
@@ -342,4 +345,4 @@ def example_problems(rules: RuleSet) -> list[str]:
     """Examples a rule's pattern gets wrong, as ``file:line: rule id: problem`` strings."""
     return [problem for f in rules.files for problem in wrong_examples(
         f.path, [*f.triggers, *f.negative, *f.sensitive, *f.forget, *f.recall_all],
-        lambda sentence, pairs=f.contractions: spelled_out(pairs, sentence))]
+        lambda sentence, pairs=f.contractions: lowered(spelled_out(pairs, sentence)))]

@@ -69,8 +69,10 @@ def wrong_examples(path: str, rules: list[Any], spell=lambda sentence: sentence)
         for sentence, wanted in [(x, True) for x in should] + [(x, False) for x in should_not]:
             try:
                 requires = getattr(rule, "requires", ())  # (a trigger's words, as the funnel checks them)
-                said = spell(sentence) if getattr(rule, "statement", False) else sentence
-                found = rule.pattern.search(said, timeout=1.0) is not None and (
+                statement = getattr(rule, "statement", False)
+                match = rule.pattern.search(spell(sentence) if statement else sentence, timeout=1.0)
+                negation = statement and rule.negation and rule.negation.search(match.group("how") or "") if match else None
+                found = match is not None and (not statement or bool(negation) == rule.negated) and (
                     not requires or any(word in sentence.casefold() for word in requires))
             except TimeoutError:
                 problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "

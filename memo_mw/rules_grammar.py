@@ -20,14 +20,13 @@ NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "e
 MAX_ADVERBS = 4
 
 
-def words(items: list[str]) -> str:
-    """A word list as one alternation, longest first; a Latin word must end on a word boundary,
-    and a space in a phrase stands for any run of spaces."""
-    alternatives = []
-    for item in sorted({i.strip().casefold() for i in items}, key=len, reverse=True):
-        escaped = r"\s+".join(regex.escape(part) for part in item.split())
-        alternatives.append(escaped + (r"(?![\w-])" if item[-1].isascii() and item[-1].isalnum() else ""))
-    return "(?:" + "|".join(alternatives) + ")"
+def words(items: list[str], name: str, lists: dict[str, set[str]]) -> str:
+    """A word list as a named list of the ``regex`` module (one set, however long the list: a long
+    alternation would cost memory in every pattern); a Latin word must end on a word boundary."""
+    folded = {" ".join(i.casefold().split()) for i in items}
+    latin = {i for i in folded if i[-1].isascii() and i[-1].isalnum()}
+    lists[f"{name}_w"], lists[f"{name}_o"] = latin or {"\0"}, (folded - latin) or {"\0"}
+    return rf"(?:\L<{name}_w>(?![\w-])|\L<{name}_o>)"
 
 
 def _word_list(node: dict, key: str, rule_id: str | None, report: Reporter) -> list[str]:
@@ -58,41 +57,52 @@ def spelled_out(contracted: tuple[regex.Pattern, dict[str, str]] | None, sentenc
     return pattern.sub(lambda m: long_forms[m.group().casefold()], said)
 
 
-def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pattern | None]:
+def lowered(text: str) -> str:
+    """What a statement's pattern reads: ``text`` in lower case (word lists are matched as sets,
+    without case folding in every pattern); ``text`` itself when lower case would change its length."""
+    low = text.lower()
+    return low if len(low) == len(text) else text
+
+
+def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pattern | None, regex.Pattern | None]:
     """The trigger nodes the grammar's statements expand to (a ``negated`` form first, as its own
-    trigger ``<id>.not``), and the pattern of a statement's opening (lead-in and subject), which a
-    sentence must match before any of them is tried."""
+    trigger ``<id>.not``), the pattern of a statement's opening (lead-in and subject), which a
+    sentence must match before any of them is tried, and the pattern of a negation."""
     grammar = data.get("grammar")
     if grammar is None:
-        return [], None
+        return [], None, None
     if not isinstance(grammar, dict):
         report(data, None, "grammar must be a mapping (see docs/rules.md, Statement grammar)", key="grammar")
-        return [], None
+        return [], None, None
     for key in sorted(set(grammar) - GRAMMAR_KEYS - META_KEYS, key=str):
         report(grammar, None, f"unknown grammar key {key!r} (known: {', '.join(sorted(GRAMMAR_KEYS))})", key=key)
     parts = {name: _word_list(grammar, name, None, report) for name in PARTS}
     if not parts["subjects"]:
         report(grammar, None, "grammar needs subjects", key="subjects")
-        return [], None
+        return [], None, None
     lead = grammar.get("lead", "")
     if not isinstance(lead, str) or lead and compile_pattern(lead, "grammar.lead", grammar, report, key="lead") is None:
-        return [], None
-    opening = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*"
+        return [], None, None
+    opening, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
     if parts["openers"]:
-        opening += rf"(?:{words(parts['openers'])}[\s,，]*){{0,2}}"
+        opening += rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}"
     nodes, subjects = [], list(parts["subjects"])
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
             continue
-        nodes.extend(_expand(node, opening, parts, grammar, report))
+        nodes.extend(_expand(node, opening, parts, grammar, report, dict(lists)))
         subjects += node.get("subjects") or [] if isinstance(node.get("subjects"), list) else []
-    opener = compile_pattern(opening + words([s for s in subjects if isinstance(s, str) and s.strip()]),
-                             "grammar.subjects", grammar, report, key="subjects")
-    return nodes, opener
+    subjects = words([s for s in subjects if isinstance(s, str) and s.strip()], "subjects", lists)
+    opener = compile_pattern(opening + subjects, "grammar.subjects", grammar, report, key="subjects", lists=lists)
+    negations = sorted({n.casefold() for n in parts["negations"]}, key=len, reverse=True)
+    latin = [rf"(?<![\w-]){regex.escape(n)}(?![\w-])" if n.isascii() else regex.escape(n) for n in negations]
+    negation = regex.compile("|".join(latin)) if latin else None
+    return nodes, opener, negation
 
 
-def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict, report: Reporter) -> list[dict]:
+def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,
+            lists: dict[str, set[str]]) -> list[dict]:
     """One statement's triggers: its ``negated`` form (when it has one), then the plain form."""
     rule_id = node["id"]
     for key in sorted(set(node) - STATEMENT_KEYS - META_KEYS, key=str):
@@ -101,14 +111,16 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
     subjects = _word_list(node, "subjects", rule_id, report) if "subjects" in node else parts["subjects"]
     if not verbs or not subjects:
         return report(node, rule_id, "a statement needs verbs and subjects", key="verbs") or []
-    adverbs = rf"(?:{words(parts['adverbs'])}\s*)" if parts["adverbs"] else "(?!)"
-    start = rf"{opening}(?P<who>{words(subjects)})\s*"
+    mods = rf"(?:{words(parts['adverbs'] + parts['negations'], 'mods', lists)}\s*)" if parts["adverbs"] else "(?!)"
+    start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
-    stop = rf"(?!\s*{words(not_objects)})" if not_objects else ""
+    stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
     stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""
-    tail = rf"(?P<verb>{words(verbs)})\s*+{stop}(?P<what>{node.get('object', grammar.get('object', '.{1,60}'))})"
+    tail = rf"(?P<verb>{words(verbs, 'verbs', lists)})\s*+{stop}(?P<what>{node.get('object', grammar.get('object', '.{1,60}'))})"
+    # One pattern for both forms, one run of adverbs and negations: the funnel finds the negation in
+    # {how} and tells the forms apart by it (a word list costs memory in every pattern that uses it).
     plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
-    plain["pattern"] = rf"{start}(?P<how>{adverbs}{{0,{MAX_ADVERBS}}}){tail}"
+    plain |= {"__lists__": lists, "pattern": rf"{start}(?P<how>{mods}{{0,{MAX_ADVERBS + 1}}}){tail}"}
     negated = node.get("negated")
     if negated is None:
         return [plain]
@@ -118,9 +130,6 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
         return [plain]
     for key in sorted(set(negated) - NEGATED_KEYS - META_KEYS, key=str):
         report(negated, rule_id, f"unknown key {key!r} in negated (known: {', '.join(sorted(NEGATED_KEYS))})", key=key)
-    denied = {**plain, "polarity": -plain.get("polarity", 1), "examples": None,
-              **{k: v for k, v in negated.items()}, "id": f"{rule_id}.not"}
-    denied["pattern"] = (rf"{start}(?P<how>{adverbs}{{0,2}}(?P<neg>{words(parts['negations'])})\s*"
-                         rf"{adverbs}{{0,2}}){tail}")
-    return [denied, plain]
+    return [{**plain, "polarity": -plain.get("polarity", 1), "examples": None, **negated, "id": f"{rule_id}.not",
+             "__negated__": True}, plain]
 

@@ -9,7 +9,7 @@ from typing import Any
 import regex
 import yaml
 
-META_KEYS = frozenset({"__line__", "__lines__"})
+META_KEYS = frozenset({"__line__", "__lines__", "__lists__", "__negated__"})  # (the last two: a grammar statement's)
 
 
 class _LineLoader(yaml.SafeLoader):
@@ -135,13 +135,16 @@ def positive_int(data: dict, key: str, default: int, report: Reporter) -> int:
     return value
 
 
-def compile_pattern(pattern: Any, rule_id: str, node: Any, report: Reporter, key: str = "pattern"
-                    ) -> regex.Pattern | None:
-    """A rule's pattern compiled as every pattern is: case-insensitive; None when it cannot be."""
+def compile_pattern(pattern: Any, rule_id: str, node: Any, report: Reporter, key: str = "pattern",
+                    lists: dict[str, set[str]] | None = None) -> regex.Pattern | None:
+    """A rule's pattern compiled as every pattern is: case-insensitive; None when it cannot be.
+    ``lists``: the named lists (``\\L<name>``) of a grammar statement, which reads lower-case text."""
     if not isinstance(pattern, str) or not pattern:
         report(node, rule_id, f"pattern must be a non-empty string, not {pattern!r}", key=key)
         return None
     try:
+        if lists is not None:
+            return regex.compile(pattern, regex.V0, ignore_unused=True, **lists)
         return regex.compile(pattern, regex.V0 | regex.IGNORECASE)
     except regex.error as exc:
         report(node, rule_id, f"pattern does not compile: {exc}", key=key)

@@ -121,8 +121,10 @@ def test_mistakes_are_reported_with_their_line(rules_path, change, problem):
     assert any(problem in p and p.startswith(f"{rules_path}:") for p in problems), problems
 
 
-def test_words_makes_one_alternation_longest_first():
-    assert words(["like", "like to", "喜欢"]) == r"(?:like\s+to(?![\w-])|like(?![\w-])|喜欢)"
+def test_words_is_a_named_list_with_latin_words_ending_on_a_word_boundary():
+    lists = {}
+    assert words(["Like", "like  to", "喜欢"], "verbs", lists) == r"(?:\L<verbs_w>(?![\w-])|\L<verbs_o>)"
+    assert lists == {"verbs_w": {"like", "like to"}, "verbs_o": {"喜欢"}}
 
 
 def test_spelled_out_expands_whole_words_only(rules_path):
