@@ -260,3 +260,11 @@ def test_facts_said_in_passing(persona_chat, funnel):
     assert sorted(m["memory"] for m in got["stray_sample"]) == ["is a housekeeper", "likes tea"]
     assert [m["said"] for m in got["stray_sample"] if m["conversation"] == 0] == ["I like tea."]
     assert len(ev.passing_eval(persona_chat, funnel, sample=1)["stray_sample"]) == 1
+
+
+def test_the_held_out_labels_load_and_cover_both_languages():
+    rows = ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout.jsonl")
+    by_language = {lang: [r for r in rows if r["lang"] == lang] for lang in ("zh", "en")}
+    assert all(len(turns) >= 60 and any(r["label"] for r in turns) for turns in by_language.values())
+    taken = {(r["dataset"], r["id"]) for r in ev.load_labels()}
+    assert not [r for r in rows if (r["dataset"], r["id"]) in taken]  # none of the turns the rules were tuned on
