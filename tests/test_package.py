@@ -22,8 +22,8 @@ def test_pure_python():
     assert not [p.name for p in PACKAGE.rglob("*") if p.suffix in (".c", ".so", ".pyx", ".pyd")]
 
 
-#: The core's budget: 5,000 lines, plus the statement grammar (rules_grammar.py and what reads it, about
-#: 200 lines) until the package is trimmed back under 5,000.
+#: The core's budget is 5,000 lines. The statement grammar (rules_grammar.py and what reads it) added
+#: about 225; this ceiling holds the line until the package is trimmed back under 5,000.
 MAX_LINES = 5250
 
 
