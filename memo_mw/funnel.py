@@ -12,7 +12,7 @@ import regex
 from . import defaults
 from .privacy import mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
-from .rules_grammar import lowered, spelled_out
+from .rules_grammar import lowered, negation_in, spelled_out, statement_form
 from .summary import strip_edge_punct, summarize
 from .text import nfkc
 from .topics import TopicTagger
@@ -41,17 +41,6 @@ _CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+
 _BLANKS = regex.compile(r"[^\S\n]+")
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}
-
-
-def negation_in(trigger: Trigger, match: regex.Match) -> str | None:
-    """The negation among a statement's adverbs ("do not" in "really do not"), if there is one."""
-    found = trigger.negation and trigger.negation.search(match.group("how") or "")
-    return found.group() if found else None
-
-
-def statement_form(trigger: Trigger, match: regex.Match) -> bool:
-    """A statement's plain and negated triggers share a pattern: the negation tells which one it is."""
-    return not trigger.statement or (negation_in(trigger, match) is not None) == trigger.negated
 
 
 def _applies(rule_file: RuleFile, text: str) -> bool:

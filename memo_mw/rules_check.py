@@ -8,6 +8,7 @@ from typing import Any
 
 import regex
 
+from .rules_grammar import statement_form
 from .rules_yaml import META_KEYS, Reporter
 
 #: A rule's ``examples``: the sentences it must match, those it must not, and the line of the rule.
@@ -71,8 +72,7 @@ def wrong_examples(path: str, rules: list[Any], spell=lambda sentence: sentence)
                 requires = getattr(rule, "requires", ())  # (a trigger's words, as the funnel checks them)
                 statement = getattr(rule, "statement", False)
                 match = rule.pattern.search(spell(sentence) if statement else sentence, timeout=1.0)
-                negation = statement and rule.negation and rule.negation.search(match.group("how") or "") if match else None
-                found = match is not None and (not statement or bool(negation) == rule.negated) and (
+                found = match is not None and statement_form(rule, match) and (
                     not requires or any(word in sentence.casefold() for word in requires))
             except TimeoutError:
                 problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "

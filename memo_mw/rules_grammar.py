@@ -16,7 +16,7 @@ GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "st
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
                             "ttl_days", "examples", "negated", "object", "not_objects"})
 NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "examples"})
-#: Adverbs in a row before the verb, at most (a bound keeps every pattern linear).
+#: Adverbs in a row before the verb, at most, besides a negation (a bound keeps every pattern linear).
 MAX_ADVERBS = 4
 
 
@@ -62,6 +62,17 @@ def lowered(text: str) -> str:
     without case folding in every pattern); ``text`` itself when lower case would change its length."""
     low = text.lower()
     return low if len(low) == len(text) else text
+
+
+def negation_in(rule: Any, match: regex.Match) -> str | None:
+    """The negation among a statement's adverbs ("do not" in "really do not"), if there is one."""
+    found = rule.negation and rule.negation.search(match.group("how") or "")
+    return found.group() if found else None
+
+
+def statement_form(rule: Any, match: regex.Match) -> bool:
+    """A statement's plain and negated triggers share a pattern: the negation tells which one it is."""
+    return not getattr(rule, "statement", False) or (negation_in(rule, match) is not None) == rule.negated
 
 
 def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pattern | None, regex.Pattern | None]:
@@ -111,12 +122,14 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
     subjects = _word_list(node, "subjects", rule_id, report) if "subjects" in node else parts["subjects"]
     if not verbs or not subjects:
         return report(node, rule_id, "a statement needs verbs and subjects", key="verbs") or []
-    mods = rf"(?:{words(parts['adverbs'] + parts['negations'], 'mods', lists)}\s*)" if parts["adverbs"] else "(?!)"
+    modifiers = parts["adverbs"] + parts["negations"]
+    mods = rf"(?:{words(modifiers, 'mods', lists)}\s*)" if modifiers else "(?!)"
     start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
     stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""
-    tail = rf"(?P<verb>{words(verbs, 'verbs', lists)})\s*+{stop}(?P<what>{node.get('object', grammar.get('object', '.{1,60}'))})"
+    what = node.get("object", grammar.get("object", ".{1,60}"))
+    tail = rf"(?P<verb>{words(verbs, 'verbs', lists)})\s*+{stop}(?P<what>{what})"
     # One pattern for both forms, one run of adverbs and negations: the funnel finds the negation in
     # {how} and tells the forms apart by it (a word list costs memory in every pattern that uses it).
     plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
