@@ -1438,3 +1438,14 @@ def test_what_is_no_long_term_fact_is_not_captured(funnel, sentence):
 def test_a_real_statement_reaches_the_triggers(funnel, sentence):
     result = funnel.process(sentence)
     assert result.stage != "negative", result.trace
+
+
+@pytest.mark.parametrize("text, summary", [
+    ("我喜欢喝美式咖啡，不加糖", "喜欢喝美式咖啡,不加糖"),
+    ("I prefer aisle seats on long flights", "prefers aisle seats on long flights"),
+    ("I like my coffee black, no sugar", "likes their coffee black, no sugar"),
+    ("我一般不吃辣", "一般不吃辣"),
+    ("Honestly, I strongly prefer window seats", "prefers window seats"),
+])
+def test_summaries_keep_the_details_that_matter(funnel, text, summary):
+    assert [c.content for c in funnel.process(text).candidates] == [summary]
