@@ -34,9 +34,13 @@ _SPLIT = regex.compile(
 # A sentence's statements (a comma before a clause of condition or cause, or before a last question:
 # "我很喜欢打羽毛球，你也喜欢运动吗？") are what the negative gates judge; its clauses ("I have two cats and
 # I love jazz") are tried one by one; the sensitive gates judge the sentence ("I have diabetes and I…").
-_STATEMENTS = regex.compile(r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|"
-                            r"虽然|只是)|[,，]\s*+(?!(?:do|am|are|did|have|can|will|would|was)(?:n't|n’t| not)?\s+I\s*[?？])"
-                            r"(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)", regex.IGNORECASE | regex.V1)
+_STATEMENTS = regex.compile(
+    r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
+    # a last question, unless it is a tag on the statement itself ("I love jazz, don't I?")
+    r"|[,，]\s*+(?!(?:do|am|are|did|have|can|will|would|was)(?:n't|n’t| not)?\s+I\s*[?？])"
+    r"(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)",
+    regex.IGNORECASE | regex.V1,
+)
 _CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)", regex.I | regex.V1)
 _BLANKS = regex.compile(r"[^\S\n]+")
 # Rule files of these languages are skipped for sentences without their script.
@@ -168,7 +172,10 @@ class Funnel:
         """The reason an explicit request to remember is not kept (the gate that stopped it)."""
         if stage == "captured" or not any(self._search(t, text) for t in self.rules.triggers if t.explicit):
             return None
-        return trace[-1][1].partition(": ")[2] or trace[-1][1] if stage != "no_trigger" else "nothing to remember"
+        if stage == "no_trigger":
+            return "nothing to remember"
+        reason = trace[-1][1]  # "en.sens.health: health or medication"
+        return reason.partition(": ")[2] or reason
 
     def is_recall_all(self, message: str) -> bool:
         """True for questions like "what do you remember about me"."""
