@@ -175,10 +175,12 @@ def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) 
         ts = int(payload["ts"])
         for c in payload.get("candidates", []):
             same_slot = [m for m in memories if m["key"] == c["key"] and m.get("status") != "pending_confirm"]
-            if any(m["polarity"] == c["polarity"] and normalize(m["content"]) == normalize(c["content"])
-                   for m in same_slot):
+            stored = [m for m in same_slot
+                      if m["polarity"] == c["polarity"] and normalize(m["content"]) == normalize(c["content"])]
+            # The statement wins its slot, stored already (a job that has just run) or not yet.
+            memories = [m for m in memories if m not in same_slot or m in stored]
+            if stored:
                 continue
-            memories = [m for m in memories if m not in same_slot]
             memories.append({
                 "id": None, "user_id": payload["user_id"], "type": c["type"], "key": c["key"],
                 "polarity": c["polarity"], "content": c["content"], "excerpt": c["excerpt"], "active": True,

@@ -16,6 +16,7 @@ from memo_mw.recall import (
     Recaller,
     format_block,
     line,
+    merge_pending,
     relevance,
     score,
     visible,
@@ -330,3 +331,15 @@ def test_the_block_escapes_brackets_as_parentheses():
     (_, text, source, _) = format_block([memory(1, "likes [jazz]", ts=NOW, source_session="s]1")]).split("\n")
     assert text == "- likes (jazz) (preference, 2023-11-14)"
     assert source == "[SOURCE: s)1 / 2023-11-14]"
+
+
+def test_a_pending_statement_wins_its_slot_while_its_job_is_being_stored():
+    """Read in the middle of the job that stores it: the older memory on the slot is still there
+    beside the new one; the pending statement leaves only itself."""
+    def row(i, polarity, content):
+        return {"id": i, "key": "green tea", "polarity": polarity, "content": content, "status": "active"}
+    candidate = {"type": "preference", "key": "green tea", "polarity": -1, "content": "dislikes green tea",
+                 "excerpt": "I hate green tea", "confidence": 0.75}
+    payload = {"user_id": "u", "ts": 100, "candidates": [candidate]}
+    merged = merge_pending([row(1, 1, "likes green tea"), row(2, -1, "dislikes green tea")], [payload])
+    assert [(m["id"], m["content"]) for m in merged] == [(2, "dislikes green tea")]
