@@ -177,7 +177,7 @@ def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) 
             same_slot = [m for m in memories if m["key"] == c["key"] and m.get("status") != "pending_confirm"]
             stored = [m for m in same_slot
                       if m["polarity"] == c["polarity"] and normalize(m["content"]) == normalize(c["content"])]
-            # The statement wins its slot, stored already (a job that has just run) or not yet.
+            # The statement wins its slot, stored already (its job may commit between two reads) or not yet.
             memories = [m for m in memories if m not in same_slot or m in stored]
             if stored:
                 continue
