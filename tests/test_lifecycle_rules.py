@@ -293,3 +293,16 @@ def test_answer_styles_of_different_dimensions_stay_together(funnel, store):
         memory_key(k) for k in ("style:language", "style:length", "style:format", "style:emoji", "style:tone",
                                 "style:name", "explain with examples"))
     assert_one_active_per_slot(store)
+
+
+@pytest.mark.parametrize(("before", "after", "older", "newer"), [
+    ("I work at a bank", "I just accepted an offer at Google", "works at a bank", "works at Google"),
+    ("I live in Leeds", "I just moved to Lisbon", "lives in Leeds", "lives in Lisbon"),
+    ("我住在北京", "我现在住在上海", "住在北京", "住在上海"),
+])
+def test_a_newer_fact_on_the_same_subject_replaces_the_older(funnel, store, before, after, older, newer):
+    say(funnel, store, before, T0)
+    say(funnel, store, after, T0 + 3600)
+    by_content = {m["content"]: m for m in rows(store)}
+    assert (by_content[older]["status"], by_content[newer]["status"]) == ("superseded", "active")
+    assert by_content[older]["key"] == by_content[newer]["key"]
