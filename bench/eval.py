@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 from bench.datasets import DATASETS, SOURCES  # noqa: E402
 
 LABELS = REPO / "tests" / "data" / "capture_labels.jsonl"
+HELDOUT = REPO / "tests" / "data" / "capture_heldout.jsonl"
 SEED = 20240517
 SAMPLE = (("memorybank-zh", "zh", 150), ("memorybank-en", "en", 150), ("dulemon", "zh", 150))
 # The second sample (issue 31), drawn from the turns the first one left, to bring English to 300+.
@@ -104,6 +105,29 @@ def labelled_sample() -> list[dict]:
     first = sample_turns(SEED, SAMPLE)
     taken = {(r["dataset"], r["id"]) for r in first}
     return first + sample_turns(SEED_2, SAMPLE_2, exclude=taken)
+
+
+# The held-out set (tests/data/capture_heldout.jsonl): a third seeded sample over the turns the label
+# file does not hold (neither its (dataset, id) nor its text), plus turns written by hand for it.
+# DuLeMon has 11 user turns left after the label file's 150, all of them taken.
+SEED_HELDOUT = 20261204
+HELDOUT_SAMPLE = (("memorybank-zh", "zh", 95), ("dulemon", "zh", 11), ("memorybank-en", "en", 50),
+                  ("persona-chat", "en", 50))
+
+
+def _same_text(text: str) -> str:
+    return " ".join(text.split())
+
+
+def heldout_sample(labels: list[dict] | None = None) -> list[dict]:
+    """The held-out set's sampled turns: ``sample_turns(SEED_HELDOUT, HELDOUT_SAMPLE)``, excluding
+    every turn of the label file, by (dataset, id) and by text (whitespace evened out)."""
+    labels = load_labels() if labels is None else labels
+    exclude = {(r["dataset"], r["id"]) for r in labels}
+    texts = {_same_text(r["text"]) for r in labels}
+    for name, _, _ in HELDOUT_SAMPLE:
+        exclude.update((name, r["id"]) for r in user_turns(name) if _same_text(r["text"]) in texts)
+    return sample_turns(SEED_HELDOUT, HELDOUT_SAMPLE, exclude=frozenset(exclude))
 
 
 def load_labels(path: Path = LABELS) -> list[dict]:
