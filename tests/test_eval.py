@@ -88,6 +88,30 @@ def test_second_sample_takes_no_turn_of_the_first():
     assert not {(r["dataset"], r["id"]) for r in first} & {(r["dataset"], r["id"]) for r in second}
 
 
+HELDOUT_WRITTEN = {"heldout-written-en": "en", "heldout-written-zh": "zh"}
+
+
+def test_heldout_file_loads_with_150_turns_per_language_and_none_of_the_labelled_ones(labels):
+    heldout = ev.load_labels(ev.HELDOUT)
+    per_lang = Counter(r["lang"] for r in heldout)
+    assert per_lang["zh"] >= 150 and per_lang["en"] >= 150
+    langs = {**SAMPLED, **HELDOUT_WRITTEN}
+    for row in heldout:
+        assert FIELDS <= set(row) <= FIELDS | {"persona", "sensitive"}, row
+        assert row["dataset"] in langs and row["lang"] == langs[row["dataset"]]
+        assert isinstance(row["label"], bool) and row.get("sensitive", True) is True
+    assert len({(r["dataset"], r["id"]) for r in heldout}) == len(heldout)
+    seen = {(r["dataset"], r["id"]) for r in labels} | {" ".join(r["text"].split()) for r in labels}
+    assert not [r for r in heldout if (r["dataset"], r["id"]) in seen or " ".join(r["text"].split()) in seen]
+
+
+@needs_datasets
+def test_heldout_sampled_turns_are_the_seeded_sample():
+    sampled = [r for r in ev.load_labels(ev.HELDOUT) if r["dataset"] in SAMPLED]
+    assert [(r["dataset"], r["id"], r["text"]) for r in sampled] == \
+        [(s["dataset"], s["id"], s["text"]) for s in ev.heldout_sample()]
+
+
 def test_precision_recall_f1():
     m = ev.prf([True, True, False, False, True], [True, False, True, False, True])
     assert (m["tp"], m["fp"], m["fn"]) == (2, 1, 1)
