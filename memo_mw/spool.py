@@ -67,19 +67,15 @@ class Spool:
         with self._connect(create=False) as conn:
             if conn is None:
                 return 0
-            conn.execute("begin immediate")
-            try:
-                for i, text in conn.execute("select id, job from jobs").fetchall():
-                    job = json.loads(text)
-                    new = change(job)
-                    if new is None:
-                        conn.execute("delete from jobs where id = ?", [i])
-                    elif new != job:
-                        conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
-                    changed += new != job
-            except BaseException:
-                conn.execute("rollback")
-                raise
+            conn.execute("begin immediate")  # if ``change`` raises, closing the connection rolls it back
+            for i, text in conn.execute("select id, job from jobs").fetchall():
+                job = json.loads(text)
+                new = change(job)
+                if new is None:
+                    conn.execute("delete from jobs where id = ?", [i])
+                elif new != job:
+                    conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
+                changed += new != job
             conn.execute("commit")
         return changed
 
