@@ -25,7 +25,6 @@ class CircuitBreaker:
 
     @property
     def closed(self) -> bool:
-        """Whether calls go through (fewer than ``threshold`` consecutive failures)."""
         return self._failures < self.threshold
 
     def allow(self) -> bool:
@@ -42,13 +41,11 @@ class CircuitBreaker:
             return True
 
     def success(self) -> None:
-        """The dependency answered: close the circuit."""
         if self._failures:
             with self._lock:
                 self._failures = 0
 
     def failure(self) -> None:
-        """The dependency failed: count it, and open the circuit at ``threshold``."""
         with self._lock:
             self._failures += 1
             if self._failures >= self.threshold:

@@ -52,11 +52,8 @@ class Counters(collections.Counter):
 
 
 class RedisQueue:
-    """rq on Redis, with the spool while Redis is down.
-
-    :param retry_intervals: seconds before each retry of a failed job (as many retries).
-    :param spool_interval: seconds between the spool thread's tries while Redis is down.
-    """
+    """rq on Redis, with the spool while Redis is down. ``retry_intervals``: seconds before each retry
+    of a failed job (as many retries); ``spool_interval``: between the spool thread's tries."""
 
     def __init__(self, url: str, *, name: str = defaults.QUEUE_NAME, spool: str,
                  timeout: float = defaults.REDIS_TIMEOUT, cooldown: float = defaults.REDIS_COOLDOWN,
