@@ -173,13 +173,8 @@ def is_cn_id(number: str) -> bool:
 
 def luhn_ok(digits: str) -> bool:
     """True when the digit string passes the Luhn check."""
-    total = 0
-    for i, d in enumerate(reversed(digits)):
-        n = int(d)
-        if i % 2:
-            n = n * 2 - 9 if n > 4 else n * 2
-        total += n
-    return total % 10 == 0
+    doubled = [int(d) * (2 if i % 2 else 1) for i, d in enumerate(reversed(digits))]  # every second from the right
+    return sum(n // 10 + n % 10 for n in doubled) % 10 == 0
 
 
 def _id(match: regex.Match) -> str:
