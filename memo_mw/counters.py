@@ -54,6 +54,5 @@ def add(store: Store, user_id: str, counts: dict[tuple[str, str], int]) -> int:
 
 
 def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
-    """The user's counts, by week then topic."""
     return [{"week": w, "topic": t, "count": n} for w, t, n in store.db.execute(
         "select week, topic, count from topic_counts where user_id = ? order by week, topic", [user_id])]
