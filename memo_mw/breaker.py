@@ -1,8 +1,6 @@
 """A circuit breaker: after failures, skip a sick dependency for a while instead of waiting on it.
-
 Closed (calls go through) until ``threshold`` consecutive failures; then open: every caller skips
-for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again.
-"""
+for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Where the middleware sends work: rq on Redis, or a thread in this process (embedded mode). Both take
-``enqueue(func, args, job_id=, user_id=, pending=)``; with Redis the job and the pending payload go in one
-MULTI/EXEC, jobs wait in the spool (:mod:`memo_mw.spool`) while Redis is down and one thread sends them
-once it answers; a job neither takes is logged with the user id and counted in ``stats["lost"]``.
-"""
+"""Where the middleware sends work: rq on Redis, or a thread in this process (embedded mode). With Redis
+the job and its pending payload go in one MULTI/EXEC, and jobs wait in the spool while Redis is down; a
+job neither takes is logged with the user id and counted in ``stats["lost"]`` (docs/reliability.md)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """Recall: the few memories worth showing the model for this message, and the block they go in.
 Candidates come from :meth:`memo_mw.store.Store.search` and the pending statements, less what a recent
-forget request names; one :func:`score` ranks them: ``0.7 relevance + 0.1 recency + 0.2 hotness`` with
-``recency = exp(-0.01 days since last use)`` and ``hotness = log(1 + hits) / log(1 + max hits)``.
-Relevance is a weighted token overlap plus a share for a common topic; style memories and an expired
-task's request for confirmation are always in; the top ``k`` fit a character budget.
-"""
+forget request names; one :func:`score` ranks them (docs/design.md, "One message, out")."""
 
 from __future__ import annotations
 

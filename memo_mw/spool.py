@@ -1,9 +1,6 @@
-"""The spool: jobs that wait in a local SQLite file while Redis cannot be reached (only then).
-
-Each spooled job is the enqueue call as it would have been made, so sending it later is the same
-call; it is removed only after Redis took it (a job id makes a second send harmless). Several
-processes may share one spool file; SQLite serialises them.
-"""
+"""The spool: jobs that wait in a local SQLite file while Redis cannot be reached (only then). Each is
+the enqueue call as it would have been made, removed only after Redis took it (a job id makes a second
+send harmless); several processes may share one file (docs/reliability.md)."""
 
 from __future__ import annotations
 

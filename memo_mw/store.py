@@ -1,9 +1,6 @@
-"""The SQLite store: one file, one schema, and the narrow interface another engine would implement
-(``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``).
-
-Jobs, the memories page and the CLI write; the chat request only reads (WAL mode). Index terms are hashed with
-the user id; forgetting is physical (docs/design.md, "The store").
-"""
+"""The SQLite store: one file, one schema, and the narrow interface another engine would implement.
+Jobs, the memories page and the CLI write; the chat request only reads (WAL mode). Index terms are
+hashed with the user id; forgetting is physical (docs/design.md, "The store")."""
 
 from __future__ import annotations
 
