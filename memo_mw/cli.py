@@ -107,10 +107,9 @@ def main() -> None:
               help="A memory database the jobs use (repeatable; env MEMO_DB): checked before starting, "
                    "then held open so that each job's own connection is never the last one.")
 @click.option("--simple/--fork", default=True,
-              help="Run jobs in this process (rq's SimpleWorker; the default, several times faster: a fork "
-                   "costs more than a job) or each in a forked child (rq's Worker). A job that crashes the "
-                   "interpreter, or Redis failing mid-job, stops a simple worker (run it under a supervisor); "
-                   "rq retries that job when another worker starts.")
+              help="Run jobs in this process (rq's SimpleWorker, the default: a fork costs more than a job) or "
+                   "each in a forked child (rq's Worker). A job that crashes the interpreter, or Redis failing "
+                   "mid-job, stops a simple worker: run it under a supervisor (rq retries that job later).")
 def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool) -> None:
     """Run an rq worker for memo-mw's jobs, with rq's scheduler so failed jobs are retried, and a shorter
     maintenance interval than rq's, so that the jobs of a worker that died are retried sooner."""

@@ -24,13 +24,11 @@ log = logging.getLogger(__name__)
 
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
     """Store the candidates captured from one message; one outcome each (:meth:`memo_mw.store.Store.remember`).
-
-    Under rq, what a later forget request names is left out, and the payload then leaves the user's
-    pending state. The job also stores the capture jobs for the same file waiting right behind it, in
-    the same transaction (rq's per-job round trips would cap a worker near a hundred a second), and
-    takes them off the queue only once that has committed: a worker that dies in between leaves them
-    queued, and their rerun changes nothing. With ``MEMO_COMPRESSOR_URL`` set, a small model may polish
-    each summary first (then one job at a time: no write lock is held across model calls)."""
+    Under rq, what a later forget request names is left out, and the payload then leaves the user's pending
+    state. The capture jobs for the same file waiting right behind it are stored in the same transaction
+    (rq's per-job round trips would cap a worker near a hundred a second) and leave the queue only once it
+    has committed: their rerun after a crash changes nothing. With ``MEMO_COMPRESSOR_URL`` set, a small model
+    may polish each summary first (then one job at a time: no write lock is held across model calls)."""
     current = get_current_job()
     state = RedisState(current.connection, current.origin) if current is not None else None
     compressor = Compressor.from_env()
