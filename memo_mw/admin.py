@@ -297,8 +297,6 @@ _ROUTES = (
 def _render(admin: Admin, template: str, *, status: int = 200, **context: Any) -> Response:
     nonce = secrets.token_urlsafe(16)  # the page runs its own inline script and style, nothing else
     html = admin.templates.get_template(template).render(nonce=nonce, **context)
-    response = Response(html, status=status, mimetype="text/html")
-    response.headers["Content-Security-Policy"] = (
-        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-    return response
+    csp = (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+           "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+    return Response(html, status=status, mimetype="text/html", headers={"Content-Security-Policy": csp})
