@@ -23,8 +23,8 @@ def test_pure_python():
 
 
 #: The core's budget is 5,000 lines. The statement grammar (rules_grammar.py and what reads it) added
-#: about 225; this ceiling holds the line until the package is trimmed back under 5,000.
-MAX_LINES = 5250
+#: about 235, a trim took 90 back; this ceiling holds the line until the package is under 5,000 again.
+MAX_LINES = 5150
 
 
 def test_the_package_stays_small():
