@@ -61,9 +61,9 @@ class Admin:
                                             autoescape=True)
         self.templates.filters["iso"] = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts or 0))
 
-    def user(self) -> tuple[str, str]:
-        """(the user the request acts for, the reason its deletions are audited with); raises _Denied.
-        Without ``?user=``, an ``Authorization`` header is the app's: the request acts for its own identity."""
+    def user(self) -> tuple[str, bool]:
+        """(the user the request acts for, whether by the admin token); raises _Denied. Without
+        ``?user=``, an ``Authorization`` header is the app's: the request acts for its own identity."""
         if "user" in request.args:
             token = _bearer(request.headers.get("Authorization", ""))
             if token is None:
@@ -73,7 +73,7 @@ class Admin:
             user = clean_id(request.args.get("user"))
             if user is None:
                 raise _Denied(400, "?user= must name a user")
-            return user, "admin token"
+            return user, True
         try:
             user = (header_user(request.environ, self.user_header_key) if self.get_user is None
                     else clean_id(self.get_user(request.environ, None)))
@@ -82,7 +82,7 @@ class Admin:
             user = None
         if user is None:
             raise _Denied(401, "no user identity on this request")
-        return user, "user, memo page or API"
+        return user, False
 
     def sensitive_gate(self, text: str) -> str | None:
         """The id of the first sensitive gate the text hits (a category never stored), or None."""
@@ -178,6 +178,10 @@ def _memory(admin: Admin, user: str, memory_id: str) -> dict[str, Any]:
     return found
 
 
+def _reason(by_admin: bool) -> str:
+    return "admin token" if by_admin else "user, memo page or API"
+
+
 def page(admin: Admin) -> Response:
     try:
         user, _ = admin.user()
@@ -218,7 +222,7 @@ def get_memory(admin: Admin, memory_id: str) -> Response:
 
 
 def edit_memory(admin: Admin, memory_id: str) -> Response:
-    user, reason = admin.user()
+    user, by_admin = admin.user()
     before = _memory(admin, user, memory_id)
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or set(body) != {"content"}:
@@ -234,7 +238,7 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
         raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     with Store(admin.db) as store:
-        done = userdata.edit(store, user, before["id"], content, at=at, reason=reason,
+        done = userdata.edit(store, user, before["id"], content, at=at, reason=_reason(by_admin),
                              topics=sorted(admin.funnel.topics.tag(cleaned)))
     if done is None:
         raise _Denied(404, "no such memory")  # deleted meanwhile
@@ -245,22 +249,22 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
 
 
 def delete_memory(admin: Admin, memory_id: str) -> Response:
-    user, reason = admin.user()
+    user, by_admin = admin.user()
     found = _memory(admin, user, memory_id)
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     reached = userdata.forget_waiting(admin.queue, user, found["content"], int(at), at)
     with Store(admin.db) as store:
-        if userdata.delete(store, user, found["id"], ts=int(at), reason=reason) is None:
+        if userdata.delete(store, user, found["id"], ts=int(at), reason=_reason(by_admin)) is None:
             raise _Denied(404, "no such memory")  # deleted meanwhile
     return jsonify(deleted=1, id=found["id"], queue_reached=reached)
 
 
 def forget_me(admin: Admin) -> Response:
-    user, reason = admin.user()
+    user, by_admin = admin.user()
     at = admin.clock()
     reached = userdata.forget_waiting(admin.queue, user, None, int(at), at)
     with Store(admin.db) as store:
-        count = store.forget(user, ts=int(at), reason=reason, at=at, now=True)
+        count = store.forget(user, ts=int(at), reason=_reason(by_admin), at=at, now=True)
     return jsonify(deleted=count, queue_reached=reached)
 
 
@@ -297,6 +301,8 @@ _ROUTES = (
 def _render(admin: Admin, template: str, *, status: int = 200, **context: Any) -> Response:
     nonce = secrets.token_urlsafe(16)  # the page runs its own inline script and style, nothing else
     html = admin.templates.get_template(template).render(nonce=nonce, **context)
-    csp = (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-           "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-    return Response(html, status=status, mimetype="text/html", headers={"Content-Security-Policy": csp})
+    response = Response(html, status=status, mimetype="text/html")
+    response.headers["Content-Security-Policy"] = (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
+        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+    return response

@@ -1,6 +1,8 @@
 """A circuit breaker: after failures, skip a sick dependency for a while instead of waiting on it.
+
 Closed (calls go through) until ``threshold`` consecutive failures; then open: every caller skips
-for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again."""
+for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again.
+"""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class CircuitBreaker:
 
     @property
     def closed(self) -> bool:
+        """Whether calls go through (fewer than ``threshold`` consecutive failures)."""
         return self._failures < self.threshold
 
     def allow(self) -> bool:
@@ -39,11 +42,13 @@ class CircuitBreaker:
             return True
 
     def success(self) -> None:
+        """The dependency answered: close the circuit."""
         if self._failures:
             with self._lock:
                 self._failures = 0
 
     def failure(self) -> None:
+        """The dependency failed: count it, and open the circuit at ``threshold``."""
         with self._lock:
             self._failures += 1
             if self._failures >= self.threshold:

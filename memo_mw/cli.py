@@ -42,6 +42,7 @@ REPLAY_BATCH = 500
 
 
 def _echo(as_json: bool, value: Any, lines: Iterable[str]) -> None:
+    """Print ``value`` as JSON, or else ``lines``."""
     for line in [json.dumps(value, ensure_ascii=False)] if as_json else lines:
         click.echo(line)
 
@@ -88,7 +89,7 @@ url_option = click.option("--url", envvar="MEMO_REDIS_URL", default="redis://127
                           help="Redis URL (env MEMO_REDIS_URL).")
 queue_option = click.option("--queue", "queue_name", default=defaults.QUEUE_NAME, show_default=True,
                             help="The jobs' rq queue.")
-now_option = click.option("--now", type=float, default=time.time, help="The clock, epoch seconds (default: now).")
+now_option = click.option("--now", type=float, default=None, help="The clock, epoch seconds (default: now).")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
@@ -107,9 +108,10 @@ def main() -> None:
               help="A memory database the jobs use (repeatable; env MEMO_DB): checked before starting, "
                    "then held open so that each job's own connection is never the last one.")
 @click.option("--simple/--fork", default=True,
-              help="Run jobs in this process (rq's SimpleWorker, the default: a fork costs more than a job) or "
-                   "each in a forked child (rq's Worker). A job that crashes the interpreter, or Redis failing "
-                   "mid-job, stops a simple worker: run it under a supervisor (rq retries that job later).")
+              help="Run jobs in this process (rq's SimpleWorker; the default, several times faster: a fork "
+                   "costs more than a job) or each in a forked child (rq's Worker). A job that crashes the "
+                   "interpreter, or Redis failing mid-job, stops a simple worker (run it under a supervisor); "
+                   "rq retries that job when another worker starts.")
 def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool) -> None:
     """Run an rq worker for memo-mw's jobs, with rq's scheduler so failed jobs are retried, and a shorter
     maintenance interval than rq's, so that the jobs of a worker that died are retried sooner."""
@@ -235,11 +237,11 @@ def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> Non
               help="Character budget of the memory lines.")
 @json_option
 @click.argument("query")
-def recall(db: str, rules_paths: tuple[str, ...], user: str, k: int, now: float, budget: int,
+def recall(db: str, rules_paths: tuple[str, ...], user: str, k: int, now: float | None, budget: int,
            as_json: bool, query: str) -> None:
     """Rank a user's memories for QUERY, as the middleware would (read-only: hits are not counted)."""
     funnel = _funnel(rules_paths)  # below: the middleware's recall, a forget request in the query included
-    result = funnel.process(query)
+    result, now = funnel.process(query), time.time() if now is None else now
     forgets = (forget_marker(result.forget_match, now),) if result.stage == "forget" else ()
     recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
     with _store(db), recaller.store():  # a clear error for a bad --db first; then recall's own connection
@@ -275,10 +277,10 @@ def forget(db: str, user: str, match: str | None, url: str | None, queue_name: s
 @db_option
 @now_option
 @json_option
-def maintain(db: str, now: float, as_json: bool) -> None:
+def maintain(db: str, now: float | None, as_json: bool) -> None:
     """Expire tasks, delete expired ones left unconfirmed, resolve contradictions (the maintain job)."""
     with _store(db, write=True) as store:
-        counts = maintenance.maintain(store, now=int(now))
+        counts = maintenance.maintain(store, now=int(time.time() if now is None else now))
     _echo(as_json, counts, [maintenance.summary(counts)])
 
 
@@ -287,10 +289,11 @@ def maintain(db: str, now: float, as_json: bool) -> None:
 @click.option("--user", default=None, help="Only this user (default: every user with counts or memories).")
 @now_option
 @json_option
-def insights_command(db: str, user: str | None, now: float, as_json: bool) -> None:
+def insights_command(db: str, user: str | None, now: float | None, as_json: bool) -> None:
     """Compute and store user insights from topic counts and memories (the weekly insights job)."""
     with _store(db, write=True) as store:
-        result = {u: profile.run(store, u, now=now) for u in ([user] if user is not None else profile.users(store))}
+        result = {u: profile.run(store, u, now=time.time() if now is None else now)
+                  for u in ([user] if user is not None else profile.users(store))}
     _echo(as_json, result[user] if user is not None else result,
           (f"{u:<16} {line['confidence']:<7} {line['text']}" for u, lines in result.items() for line in lines))
 

@@ -94,9 +94,10 @@ def _negated_pairs(text: str) -> set[tuple[str, str]]:
 
 
 def validate(line: str, summary: str, source: str) -> str:
-    """The polished ``line`` tidied (quotes, a final period), or :class:`CompressorError` saying why not.
-    It must say nothing the user did not: each content word, symbol and Chinese character is in the
-    sentence or the summary, and no negation is dropped or added."""
+    """The polished ``line`` tidied (quotes, a final period), or :class:`CompressorError` saying why not:
+    it must be one line, no longer than :func:`length_cap`, free of PII, and say nothing the user did
+    not: each content word, symbol and Chinese character is in the sentence or the summary (function
+    words aside), a negation of the summary stays, and none is added."""
     line = _THINK.sub("", line).strip()
     if "\n" in line or "\r" in line:
         raise CompressorError("more than one line")
@@ -111,8 +112,10 @@ def validate(line: str, summary: str, source: str) -> str:
     if mask_pii(line) != line:
         raise CompressorError("holds something that looks like personal data")
     said = f"{source}\n{summary}"
-    said_stems = {stem(w) for w in _words(said)}
-    if any(stem(w) not in said_stems and w not in LATIN_FUNCTION_WORDS for w in _words(line)):
+    said_words = set(_words(said))
+    said_stems = {stem(w) for w in said_words}
+    if any(w not in said_words and stem(w) not in said_stems and w not in LATIN_FUNCTION_WORDS
+           for w in _words(line)):
         raise CompressorError("a word that is not in the sentence")
     for pattern, free, what in ((_SYMBOL, frozenset(), "symbol"), (_CJK, CJK_FUNCTION_CHARS, "character")):
         allowed = free | set(pattern.findall(nfkc(said)))
@@ -127,7 +130,8 @@ def validate(line: str, summary: str, source: str) -> str:
 
 
 class Compressor:
-    """Polishes rule summaries with an OpenAI-compatible server, within ``timeout`` seconds a call."""
+    """Asks an OpenAI-compatible chat-completions server (``url``: its base URL or the full
+    ``.../chat/completions``) to polish rule summaries, within ``timeout`` seconds a call."""
 
     def __init__(self, url: str, model: str = DEFAULT_MODEL, timeout: float = DEFAULT_TIMEOUT,
                  api_key: str | None = None):

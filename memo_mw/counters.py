@@ -1,7 +1,8 @@
 """Topic counters: how many of a user's messages touched each topic (:func:`count_keys`), per ISO
 week. The weekly insights (:mod:`memo_mw.insights`) are made from these counts, never from chat text.
 The web process adds them up in memory and sends them as one ``count_topics`` job every
-:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O."""
+:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O.
+"""
 
 from __future__ import annotations
 
@@ -53,5 +54,6 @@ def add(store: Store, user_id: str, counts: dict[tuple[str, str], int]) -> int:
 
 
 def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
+    """The user's counts, by week then topic."""
     return [{"week": w, "topic": t, "count": n} for w, t, n in store.db.execute(
         "select week, topic, count from topic_counts where user_id = ? order by week, topic", [user_id])]

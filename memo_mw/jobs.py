@@ -1,7 +1,9 @@
-"""Job functions, run by the rq worker (or by the in-process thread in embedded mode). Arguments are
-plain JSON values, the database path among them: the worker needs only this module and the file.
-Every job is idempotent: ``remember`` records its job key; ``forget``, ``maintain``, ``insights``
-are safe to repeat; a repeated ``touch`` or ``count_topics`` only nudges a ranking."""
+"""Job functions, run by the rq worker (or by the in-process thread in embedded mode).
+
+Arguments are plain JSON values, the database path among them: the worker needs only this module
+and the file. Every job is idempotent: ``remember`` records its job key; ``forget``, ``maintain``,
+``insights`` are safe to repeat; a repeated ``touch`` or ``count_topics`` only nudges a ranking.
+"""
 
 from __future__ import annotations
 
@@ -24,11 +26,13 @@ log = logging.getLogger(__name__)
 
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
     """Store the candidates captured from one message; one outcome each (:meth:`memo_mw.store.Store.remember`).
-    Under rq, what a later forget request names is left out, and the payload then leaves the user's pending
-    state. The capture jobs for the same file waiting right behind it are stored in the same transaction
-    (rq's per-job round trips would cap a worker near a hundred a second) and leave the queue only once it
-    has committed: their rerun after a crash changes nothing. With ``MEMO_COMPRESSOR_URL`` set, a small model
-    may polish each summary first (then one job at a time: no write lock is held across model calls)."""
+
+    Under rq, what a later forget request names is left out, and the payload then leaves the user's
+    pending state. The job also stores the capture jobs for the same file waiting right behind it, in
+    the same transaction (rq's per-job round trips would cap a worker near a hundred a second), and
+    takes them off the queue only once that has committed: a worker that dies in between leaves them
+    queued, and their rerun changes nothing. With ``MEMO_COMPRESSOR_URL`` set, a small model may polish
+    each summary first (then one job at a time: no write lock is held across model calls)."""
     current = get_current_job()
     state = RedisState(current.connection, current.origin) if current is not None else None
     compressor = Compressor.from_env()
@@ -49,9 +53,11 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
         for each in payloads:
             state.drop_pending(each["user_id"], [each["job_key"]])
     if batch:
+        queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
         with current.connection.pipeline() as pipe:
             for job in batch:
-                job.delete(pipeline=pipe)  # (rq's delete takes it off the queue too)
+                queue.remove(job, pipeline=pipe)
+                job.delete(pipeline=pipe)
             pipe.execute()
     return results[0]
 
@@ -128,10 +134,8 @@ def count_topics(db: str, counts: dict[str, dict[str, int]], at: float) -> int:
 
 def insights(db: str, now: float | None = None) -> dict[str, int]:
     """The weekly profile: replace every user's insights (see memo_mw.insights)."""
-    now = time.time() if now is None else float(now)
     with Store(db) as store:
-        made = [len(profile.run(store, user_id, now=now)) for user_id in profile.users(store)]
-    done = {"users": len(made), "insights": sum(made)}
+        done = profile.run_all(store, now=time.time() if now is None else float(now))
     log.info("memo-mw insights: %(users)d users, %(insights)d lines", done)
     return done
 

@@ -1,6 +1,10 @@
 """Recall: the few memories worth showing the model for this message, and the block they go in.
 Candidates come from :meth:`memo_mw.store.Store.search` and the pending statements, less what a recent
-forget request names; one :func:`score` ranks them (docs/design.md, "One message, out")."""
+forget request names; one :func:`score` ranks them: ``0.7 relevance + 0.1 recency + 0.2 hotness`` with
+``recency = exp(-0.01 days since last use)`` and ``hotness = log(1 + hits) / log(1 + max hits)``.
+Relevance is a weighted token overlap plus a share for a common topic; style memories and an expired
+task's request for confirmation are always in; the top ``k`` fit a character budget.
+"""
 
 from __future__ import annotations
 
@@ -79,17 +83,14 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
         total = config.w_relevance * rel + config.w_recency * recency + config.w_hotness * hotness
         scored.append(((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0), rel, memory))
     scored.sort(key=lambda entry: entry[0], reverse=True)  # style, confirmations, then score; ties: newer
-    chosen = _fitting(scored, lambda entry: len(line(entry[2])), config.budget, config.k)
-    return [{**memory, "score": order[1], "relevance": round(rel, 6)} for order, rel, memory in chosen]
-
-
-def _fitting(items: Iterable[Any], cost: Callable[[Any], int], budget: int, k: int) -> list[Any]:
-    """The first ``k`` items that fit the budget together; one too long is passed over, not the rest."""
     chosen, used = [], 0
-    for item in items:
-        if len(chosen) < k and used + cost(item) <= budget:
-            used += cost(item)
-            chosen.append(item)
+    for order, rel, memory in scored:
+        if len(chosen) >= config.k:
+            break
+        cost = len(line(memory))
+        if used + cost <= config.budget:
+            used += cost
+            chosen.append({**memory, "score": order[1], "relevance": round(rel, 6)})
     return chosen
 
 
@@ -144,8 +145,13 @@ class Recaller:
         with self.store() as store:
             rows = store.db.execute("select topic, text from insights where user_id = ? order by rank limit ?",
                                     [user_id, defaults.PROFILE_RECALL_K]).fetchall()
-        return _fitting([{"topic": topic, "text": text} for topic, text in rows], lambda i: len(profile_line(i)),
-                        defaults.PROFILE_RECALL_BUDGET_CHARS, defaults.PROFILE_RECALL_K)
+        chosen, used = [], 0
+        for topic, text in rows:
+            cost = len(profile_line({"text": text}))
+            if used + cost <= defaults.PROFILE_RECALL_BUDGET_CHARS:
+                used += cost
+                chosen.append({"topic": topic, "text": text})
+        return chosen
 
 
 def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:

@@ -52,15 +52,16 @@ class ReloadingFunnel:
     ``process`` call may notice a change, and each runs on one consistent set of rules."""
 
     def __init__(self, paths: str | Sequence[str] | None, *, interval: float = defaults.RULES_RELOAD_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, timeout: float = defaults.REGEX_TIMEOUT):
         self.paths = paths
         self.interval = interval
         self.clock = clock
+        self.timeout = timeout
         self.reloads = 0  # how many times new rules replaced the old ones
         # Taken before loading: a change made while loading is seen at the next look.
         self._signature = files_signature(paths)
         self._rejected: tuple | None = None  # the files as they were when last refused
-        self.funnel = Funnel(load_rules(paths))
+        self.funnel = Funnel(load_rules(paths), timeout=timeout)
         self._looked_at = clock()
         # Held by the request that looks at the files; the others do not wait for it.
         self._looking = threading.Lock()
@@ -108,7 +109,7 @@ class ReloadingFunnel:
                         "in use until they are fixed:\n  %s", len(problems), "s" if len(problems) != 1 else "",
                         "\n  ".join(problems))
             return
-        self.funnel = Funnel(rules)
+        self.funnel = Funnel(rules, timeout=self.timeout)
         self._signature, self._rejected = signature, None
         self.reloads += 1
         log.info("memo-mw: rules reloaded: %d files, %d triggers", len(rules.files), len(rules.triggers))

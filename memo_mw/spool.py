@@ -1,6 +1,9 @@
-"""The spool: jobs that wait in a local SQLite file while Redis cannot be reached (only then). Each is
-the enqueue call as it would have been made, removed only after Redis took it (a job id makes a second
-send harmless); several processes may share one file (docs/reliability.md)."""
+"""The spool: jobs that wait in a local SQLite file while Redis cannot be reached (only then).
+
+Each spooled job is the enqueue call as it would have been made, so sending it later is the same
+call; it is removed only after Redis took it (a job id makes a second send harmless). Several
+processes may share one spool file; SQLite serialises them.
+"""
 
 from __future__ import annotations
 
@@ -64,15 +67,19 @@ class Spool:
         with self._connect(create=False) as conn:
             if conn is None:
                 return 0
-            conn.execute("begin immediate")  # if ``change`` raises, closing the connection rolls it back
-            for i, text in conn.execute("select id, job from jobs").fetchall():
-                job = json.loads(text)
-                new = change(job)
-                if new is None:
-                    conn.execute("delete from jobs where id = ?", [i])
-                elif new != job:
-                    conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
-                changed += new != job
+            conn.execute("begin immediate")
+            try:
+                for i, text in conn.execute("select id, job from jobs").fetchall():
+                    job = json.loads(text)
+                    new = change(job)
+                    if new is None:
+                        conn.execute("delete from jobs where id = ?", [i])
+                    elif new != job:
+                        conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
+                    changed += new != job
+            except BaseException:
+                conn.execute("rollback")
+                raise
             conn.execute("commit")
         return changed
 

@@ -2,7 +2,8 @@
 **pending** payloads not stored yet (recall merges them in: read-your-own-writes), recent **forget**
 markers (recall hides what they name until the forget job has run), and the expired memories recall
 has **shown** once. :class:`RedisState` (one hash per user, one round trip) and :class:`LocalState`
-(a dict, embedded mode) share one interface."""
+(a dict, embedded mode) share one interface.
+"""
 
 from __future__ import annotations
 
