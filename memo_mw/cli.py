@@ -42,7 +42,6 @@ REPLAY_BATCH = 500
 
 
 def _echo(as_json: bool, value: Any, lines: Iterable[str]) -> None:
-    """Print ``value`` as JSON, or else ``lines``."""
     for line in [json.dumps(value, ensure_ascii=False)] if as_json else lines:
         click.echo(line)
 
@@ -333,17 +332,15 @@ def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | No
         raise click.UsageError("give TEXT or --file FILE (one of them)")
     funnel = _funnel(rules_paths)
     if file is not None:
-        _rules_test_file(funnel, file, as_json)
-        return
+        return _rules_test_file(funnel, file, as_json)
     result = funnel.process(text)
-    forget_info = {"scope": result.forget_scope, "match": result.forget_match} if result.stage == "forget" else None
+    forget = {"scope": result.forget_scope, "match": result.forget_match} if result.stage == "forget" else None
     lines = [f"{gate:<10} {outcome}" for gate, outcome in result.trace] + [f"result     {result.stage}"]
     lines += [f"memory     type={c.type} key={c.key} polarity={c.polarity:+d} summary={c.content}"
               for c in result.candidates]
-    if forget_info is not None:
-        lines.append(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")
+    lines += [f"forget     scope={result.forget_scope} match={result.forget_match or '-'}"] if forget else []
     _echo(as_json, {"stage": result.stage, "trace": result.trace,
-                    "candidates": [c.as_dict() for c in result.candidates], "forget": forget_info}, lines)
+                    "candidates": [c.as_dict() for c in result.candidates], "forget": forget}, lines)
 
 
 def _rules_test_file(funnel: Funnel, file, as_json: bool) -> None:
