@@ -143,12 +143,9 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
     return bp
 
 
-def _denied(exc: _Denied) -> Response:
-    response = jsonify(error=exc.message)
-    response.status_code = exc.status
-    if exc.status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="memo"'
-    return response
+def _denied(exc: _Denied) -> tuple[Response, int, dict[str, str]]:
+    challenge = {"WWW-Authenticate": 'Bearer realm="memo"'} if exc.status == 401 else {}
+    return jsonify(error=exc.message), exc.status, challenge
 
 
 def _refuse_cross_site_changes() -> None:
