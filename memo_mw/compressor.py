@@ -140,10 +140,7 @@ class Compressor:
             raise ValueError(f"the compressor URL must be http(s)://host[:port][/path], not {url!r}")
         if not url.endswith("/chat/completions"):
             url += "/chat/completions" if url.endswith("/v1") else "/v1/chat/completions"
-        self.endpoint = url
-        self.model = model
-        self.timeout = timeout
-        self.api_key = api_key
+        self.endpoint, self.model, self.timeout, self.api_key = url, model, timeout, api_key
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> Compressor | None:
