@@ -57,10 +57,8 @@ def label(topic: str, language: str) -> str:
 
 
 def confidence(count: int, weeks: int) -> str:
-    for name, least_count, least_weeks in defaults.INSIGHTS_CONFIDENCE:
-        if count >= least_count and weeks >= least_weeks:
-            return name
-    return "low"
+    return next((name for name, least_count, least_weeks in defaults.INSIGHTS_CONFIDENCE
+                 if count >= least_count and weeks >= least_weeks), "low")
 
 
 def _week(memory: dict[str, Any]) -> str:
@@ -72,8 +70,7 @@ def build(count_rows: list[dict[str, Any]], memories: list[dict[str, Any]], *,
     """The insight lines for one user from their counts (``{"week", "topic", "count"}``) and
     active memories, best first. Pure: no I/O."""
     counted, remembered, scripts = collections.Counter(), collections.Counter(), collections.Counter()
-    weeks: dict[str, set[str]] = collections.defaultdict(set)
-    memory_weeks: dict[str, set[str]] = collections.defaultdict(set)
+    weeks, memory_weeks = collections.defaultdict(set), collections.defaultdict(set)
     pairs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for row in count_rows:
         topic, n = row["topic"], int(row["count"])
