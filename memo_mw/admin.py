@@ -4,8 +4,7 @@ web page under ``/memo``, for the middleware's user; only the admin token may ac
     app.register_blueprint(blueprint_for(middleware, admin_token=os.environ.get("MEMO_ADMIN_TOKEN")))
 
 Another user's memory is a 404. Changes need a JSON body, an ``X-Requested-With`` header or a bearer
-token, which a cross-site form cannot send.
-"""
+token, which a cross-site form cannot send."""
 
 from __future__ import annotations
 

@@ -177,8 +177,7 @@ def replay(file, db: str, rules_paths: tuple[str, ...], as_json: bool) -> None:
 
     FILE is JSON lines (- for stdin): {"user", "session", "ts", "text"}, optionally "id" (message id)
     and "role" (default "user"; other roles are never stored); ts, epoch seconds, is the clock.
-    Prints where lines stopped, and what the store did with the captured ones.
-    """
+    Prints where lines stopped, and what the store did with the captured ones."""
     funnel, counts, started = _funnel(rules_paths), collections.Counter(), time.perf_counter()
     with _store(db, write=True, create=True) as store:
         turns = _user_lines(enumerate(file, 1), counts, _turn)
@@ -326,8 +325,7 @@ def rules_check(paths: tuple[str, ...]) -> None:
 def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | None) -> None:
     """Show which gate passed or stopped TEXT, and the memory it would store (nothing is stored).
 
-    With --file, count where the lines stopped, what was captured by type, and which rules decided.
-    """
+    With --file, count where the lines stopped, what was captured by type, and which rules decided."""
     if (file is None) == (text is None):
         raise click.UsageError("give TEXT or --file FILE (one of them)")
     funnel = _funnel(rules_paths)

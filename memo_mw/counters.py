@@ -1,8 +1,7 @@
 """Topic counters: how many of a user's messages touched each topic (:func:`count_keys`), per ISO
 week. The weekly insights (:mod:`memo_mw.insights`) are made from these counts, never from chat text.
 The web process adds them up in memory and sends them as one ``count_topics`` job every
-:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O.
-"""
+:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O."""
 
 from __future__ import annotations
 

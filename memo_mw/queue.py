@@ -1,8 +1,7 @@
 """Where the middleware sends work: rq on Redis, or a thread in this process (embedded mode). Both take
 ``enqueue(func, args, job_id=, user_id=, pending=)``; with Redis the job and the pending payload go in one
 MULTI/EXEC, jobs wait in the spool (:mod:`memo_mw.spool`) while Redis is down and one thread sends them
-once it answers; a job neither takes is logged with the user id and counted in ``stats["lost"]``.
-"""
+once it answers; a job neither takes is logged with the user id and counted in ``stats["lost"]``."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ class RedisQueue:
     """rq on Redis, with the spool while Redis is down.
 
     :param retry_intervals: seconds before each retry of a failed job (as many retries).
-    :param spool_interval: seconds between the spool thread's tries while Redis is down.
-    """
+    :param spool_interval: seconds between the spool thread's tries while Redis is down."""
 
     def __init__(self, url: str, *, name: str = defaults.QUEUE_NAME, spool: str,
                  timeout: float = defaults.REDIS_TIMEOUT, cooldown: float = defaults.REDIS_COOLDOWN,

@@ -3,8 +3,7 @@ Candidates come from :meth:`memo_mw.store.Store.search` and the pending statemen
 forget request names; one :func:`score` ranks them: ``0.7 relevance + 0.1 recency + 0.2 hotness`` with
 ``recency = exp(-0.01 days since last use)`` and ``hotness = log(1 + hits) / log(1 + max hits)``.
 Relevance is a weighted token overlap plus a share for a common topic; style memories and an expired
-task's request for confirmation are always in; the top ``k`` fit a character budget.
-"""
+task's request for confirmation are always in; the top ``k`` fit a character budget."""
 
 from __future__ import annotations
 
@@ -99,9 +98,7 @@ class Recaller:
     gives a message's tokens and topics and tells a question about everything remembered."""
 
     def __init__(self, db: str, funnel: Any, config: RecallConfig = RecallConfig()):
-        self.db = db
-        self.funnel = funnel
-        self.config = config
+        self.db, self.funnel, self.config = db, funnel, config
         self._local = threading.local()
 
     @contextlib.contextmanager

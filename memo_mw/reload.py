@@ -53,10 +53,7 @@ class ReloadingFunnel:
 
     def __init__(self, paths: str | Sequence[str] | None, *, interval: float = defaults.RULES_RELOAD_INTERVAL,
                  clock: Callable[[], float] = time.monotonic, timeout: float = defaults.REGEX_TIMEOUT):
-        self.paths = paths
-        self.interval = interval
-        self.clock = clock
-        self.timeout = timeout
+        self.paths, self.interval, self.clock, self.timeout = paths, interval, clock, timeout
         self.reloads = 0  # how many times new rules replaced the old ones
         # Taken before loading: a change made while loading is seen at the next look.
         self._signature = files_signature(paths)

@@ -2,8 +2,7 @@
 
 Each spooled job is the enqueue call as it would have been made, so sending it later is the same
 call; it is removed only after Redis took it (a job id makes a second send harmless). Several
-processes may share one spool file; SQLite serialises them.
-"""
+processes may share one spool file; SQLite serialises them."""
 
 from __future__ import annotations
 

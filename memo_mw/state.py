@@ -2,8 +2,7 @@
 **pending** payloads not stored yet (recall merges them in: read-your-own-writes), recent **forget**
 markers (recall hides what they name until the forget job has run), and the expired memories recall
 has **shown** once. :class:`RedisState` (one hash per user, one round trip) and :class:`LocalState`
-(a dict, embedded mode) share one interface.
-"""
+(a dict, embedded mode) share one interface."""
 
 from __future__ import annotations
 
@@ -46,9 +45,7 @@ class RedisState:
     is skipped after a failure does not wait on it: a read finds no state, a write raises."""
 
     def __init__(self, connection: Any, namespace: str = defaults.QUEUE_NAME, breaker: Any = None):
-        self.connection = connection
-        self.namespace = namespace
-        self.breaker = breaker
+        self.connection, self.namespace, self.breaker = connection, namespace, breaker
         self._replace = connection.register_script(_REPLACE_PENDING)
 
     def key(self, user_id: str) -> str:

@@ -2,8 +2,7 @@
 (``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``).
 
 Jobs, the memories page and the CLI write; the chat request only reads (WAL mode). Index terms are hashed with
-the user id; forgetting is physical (docs/design.md, "The store").
-"""
+the user id; forgetting is physical (docs/design.md, "The store")."""
 
 from __future__ import annotations
 
