@@ -250,7 +250,7 @@ class Store(contextlib.AbstractContextManager):
                               [user_id, candidate["key"], PENDING_CONFIRM])
         for row in same_slot:
             if row["polarity"] == candidate["polarity"] and normalize(row["content"]) == normalize(candidate["content"]):
-                self._update(row["id"], {
+                self.update(row["id"], {
                     "status": ACTIVE, "active": 1, "confirm_shown_at": None, "remove_at": None,
                     "hits": row["hits"] + 1, "excerpt": candidate["excerpt"], "updated_at": ts,
                     "confidence": round(min(1.0, max(row["confidence"] or 0, candidate["confidence"])
@@ -281,9 +281,9 @@ class Store(contextlib.AbstractContextManager):
 
     def supersede(self, old_id: int, new_id: int | None, ts: int) -> None:
         """Make a memory inactive in favour of a newer one (kept, with the source of the change)."""
-        self._update(old_id, {"status": SUPERSEDED, "active": 0, "superseded_by": new_id, "updated_at": int(ts)})
+        self.update(old_id, {"status": SUPERSEDED, "active": 0, "superseded_by": new_id, "updated_at": int(ts)})
 
-    def _update(self, memory_id: int, values: dict[str, Any]) -> None:
+    def update(self, memory_id: int, values: dict[str, Any]) -> None:
         assignments = ", ".join(f"{name} = ?" for name in values)
         self.db.execute(f"update memories set {assignments} where id = ?", [*values.values(), memory_id])
 
@@ -294,7 +294,7 @@ class Store(contextlib.AbstractContextManager):
             memory = self.get(user_id, memory_id)
             if memory is None:
                 return None
-            self._update(memory_id, {"content": content, "updated_at": int(at),
+            self.update(memory_id, {"content": content, "updated_at": int(at),
                                      **indexed(user_id, content, memory["key"], memory["topics"])})
             self.db.execute("delete from edit_markers where at < ?", [at - defaults.FORGET_MARKER_DAYS * 86400])
             self.db.execute("insert into edit_markers values (?, ?, ?)", [user_id, slot_hash(memory["key"]), at])

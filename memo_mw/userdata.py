@@ -81,10 +81,8 @@ def _rewrite(store: Store, row: dict[str, Any], content: str, topics: list[str] 
     """What Store.edit leaves as it was (the excerpt, the slot, the topics and their index); the audit row."""
     key = row["key"] if normalize(row["key"]) in normalize(content) else memory_key(content)
     topics = row["topics"] if topics is None else sorted(topics)
-    columns = {"excerpt": content, "key": key, "topics": json.dumps(topics),
-               **indexed(row["user_id"], content, key, topics)}
-    store.db.execute(f"update memories set {', '.join(f'{name} = ?' for name in columns)} where id = ?",
-                     [*columns.values(), row["id"]])
+    store.update(row["id"], {"excerpt": content, "key": key, "topics": json.dumps(topics),
+                             **indexed(row["user_id"], content, key, topics)})
     store.db.execute("insert into audit (user_id, action, count, at, reason) values (?, 'edit', 1, ?, ?)",
                      [row["user_id"], ts, reason])
 
@@ -92,11 +90,10 @@ def _rewrite(store: Store, row: dict[str, Any], content: str, topics: list[str] 
 def _merge(store: Store, row: dict[str, Any], duplicate: dict[str, Any], *, ts: int, reason: str) -> None:
     """Fold the edited memory into its equal: confirmed, with the hits and message ids of both."""
     ids = duplicate["source_ids"] + [i for i in row["source_ids"] if i not in duplicate["source_ids"]]
-    store.db.execute(
-        "update memories set status = ?, active = 1, confirm_shown_at = null, remove_at = null, hits = ?,"
-        " confidence = ?, source_ids = ?, updated_at = ? where id = ?",
-        [ACTIVE, duplicate["hits"] + row["hits"] + 1, max(duplicate["confidence"] or 0, row["confidence"] or 0),
-         json.dumps(ids), ts, duplicate["id"]])
+    store.update(duplicate["id"], {
+        "status": ACTIVE, "active": 1, "confirm_shown_at": None, "remove_at": None, "updated_at": ts,
+        "hits": duplicate["hits"] + row["hits"] + 1, "source_ids": json.dumps(ids),
+        "confidence": max(duplicate["confidence"] or 0, row["confidence"] or 0)})
     # Memories the edited one had replaced now point at the one that stays.
     store.db.execute("update memories set superseded_by = ? where user_id = ? and superseded_by = ?",
                      [duplicate["id"], row["user_id"], row["id"]])
