@@ -33,7 +33,6 @@ def header_user(environ: dict, key: str) -> str | None:
 
 
 def clean_id(value: Any) -> str | None:
-    """An id as a non-empty string of reasonable length, or None."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
     value = str(value).strip()

@@ -74,7 +74,6 @@ def _store(db: str, *, write: bool = False, create: bool = False) -> Iterator[St
 
 @contextlib.contextmanager
 def _redis_queue(url: str, name: str) -> Iterator[Queue]:
-    """The jobs' rq queue for the block; Redis failing is a one-line error."""
     try:
         yield json_queue(url, name)
     except (redis.RedisError, ValueError) as exc:

@@ -28,7 +28,6 @@ def week_of(ts: float) -> str:
 
 
 def script_of(text: str) -> str:
-    """``zh`` for a text with a Han character, else ``en``."""
     return "en" if text.isascii() or not _HAN.search(text, concurrent=False) else "zh"
 
 
@@ -53,6 +52,5 @@ def add(store: Store, user_id: str, counts: dict[tuple[str, str], int]) -> int:
 
 
 def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
-    """The user's counts, by week then topic."""
     return [{"week": w, "topic": t, "count": n} for w, t, n in store.db.execute(
         "select week, topic, count from topic_counts where user_id = ? order by week, topic", [user_id])]

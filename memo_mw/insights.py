@@ -166,6 +166,5 @@ def run_all(store: Store, *, now: float) -> dict[str, int]:
 
 
 def read(store: Store, user_id: str) -> list[dict[str, Any]]:
-    """The user's stored insights, best first."""
     return [dict(zip(_COLUMNS, row)) for row in store.db.execute(
         f"select {', '.join(_COLUMNS)} from insights where user_id = ? order by rank", [user_id])]

@@ -76,7 +76,6 @@ def _waiting_batch(current: Any, db: str) -> list[Any]:
 
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
-    """Count a recall of these memories: ``hits + 1`` and ``last_accessed = ts``."""
     with Store(db) as store:
         return store.touch(user_id, ids, ts)
 

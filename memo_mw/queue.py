@@ -34,10 +34,6 @@ COUNT_TOPICS = "memo_mw.jobs.count_topics"
 #: database locked by another writer is free again in seconds; a broken one needs a person.
 RETRY_INTERVALS = (5, 60, 600)
 
-#: What an unreachable, hung or refusing Redis raises (a refused write is a ResponseError).
-REDIS_ERRORS = (redis.RedisError, OSError)
-
-
 class Counters(collections.Counter):
     """A queue's ``stats``: counts kept by several threads (requests, the spool's), so under a lock."""
 
@@ -65,8 +61,7 @@ class RedisQueue:
         #: After a failure, requests skip Redis for ``cooldown`` seconds instead of waiting on it.
         self.breaker = CircuitBreaker(cooldown=cooldown)
         self.state = RedisState(self.connection, name, self.breaker)
-        self.spool = Spool(spool)
-        self.spool_interval = spool_interval
+        self.spool, self.spool_interval = Spool(spool), spool_interval
         intervals = list(retry_intervals)
         self.retry = Retry(max=len(intervals), interval=intervals) if intervals else None
         #: ``spooled``, ``sent_from_spool``, ``lost``: jobs by where they went.
@@ -132,7 +127,7 @@ class RedisQueue:
                     if job["pending"]:
                         self.state.put_pending(job["user_id"], job["pending"], pipe=pipe)
                 pipe.execute()
-        except REDIS_ERRORS as exc:
+        except (redis.RedisError, OSError) as exc:  # unreachable, hung, or refusing the write (ResponseError)
             self.breaker.failure()
             log.warning("memo-mw: Redis did not take %d job(s): %s", len(jobs), exc)
             return False

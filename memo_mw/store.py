@@ -177,7 +177,6 @@ class Store(contextlib.AbstractContextManager):
         return found
 
     def list(self, user_id: str | None = None, *, include_inactive: bool = False) -> list[dict[str, Any]]:
-        """Memories of one user (or of everyone), oldest first; active ones only unless asked."""
         where = [w for w, on in (("user_id = ?", user_id is not None), ("active = 1", not include_inactive)) if on]
         return self.rows(("where " + " and ".join(where) if where else "") + " order by id",
                          [user_id] if user_id is not None else [])

@@ -36,7 +36,6 @@ class TopicTagger:
         self._lengths = sorted({len(s) for s in self._substrings}, reverse=True)
 
     def tag(self, text: str) -> frozenset[str]:
-        """The topics of ``text``."""
         return self.analyse(text)[1]
 
     def analyse(self, text: str) -> tuple[frozenset[str], frozenset[str]]:

@@ -38,7 +38,6 @@ def memories(store: Store, user_id: str, *, type: str | None = None, status: str
 
 
 def one_line(text: str) -> str:
-    """NFKC, on one line, spaces collapsed."""
     return " ".join(nfkc(text).split())
 
 
