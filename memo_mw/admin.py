@@ -60,9 +60,9 @@ class Admin:
                                             autoescape=True)
         self.templates.filters["iso"] = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts or 0))
 
-    def user(self) -> tuple[str, bool]:
-        """(the user the request acts for, whether by the admin token); raises _Denied. Without
-        ``?user=``, an ``Authorization`` header is the app's: the request acts for its own identity."""
+    def user(self) -> tuple[str, str]:
+        """(the user the request acts for, who acts, for the audit); raises _Denied. Without ``?user=``,
+        an ``Authorization`` header is the app's: the request acts for its own identity."""
         if "user" in request.args:
             token = _bearer(request.headers.get("Authorization", ""))
             if token is None:
@@ -72,7 +72,7 @@ class Admin:
             user = clean_id(request.args.get("user"))
             if user is None:
                 raise _Denied(400, "?user= must name a user")
-            return user, True
+            return user, "admin token"
         try:
             user = (header_user(request.environ, self.user_header_key) if self.get_user is None
                     else clean_id(self.get_user(request.environ, None)))
@@ -81,7 +81,7 @@ class Admin:
             user = None
         if user is None:
             raise _Denied(401, "no user identity on this request")
-        return user, False
+        return user, "user, memo page or API"
 
     def sensitive_gate(self, text: str) -> str | None:
         """The id of the first sensitive gate the text hits (a category never stored), or None."""
@@ -174,10 +174,6 @@ def _memory(admin: Admin, user: str, memory_id: str) -> dict[str, Any]:
     return found
 
 
-def _reason(by_admin: bool) -> str:
-    return "admin token" if by_admin else "user, memo page or API"
-
-
 def page(admin: Admin) -> Response:
     try:
         user, _ = admin.user()
@@ -202,11 +198,9 @@ def list_memories(admin: Admin) -> Response:
     user, _ = admin.user()
     filters = {}
     for field, allowed in (("type", userdata.TYPES), ("status", userdata.STATUSES)):
-        value = request.args.get(field)
-        if value is not None:
-            if value not in allowed:
-                raise _Denied(400, f"{field} must be one of {', '.join(allowed)}")
-            filters[field] = value
+        filters[field] = value = request.args.get(field)
+        if value is not None and value not in allowed:
+            raise _Denied(400, f"{field} must be one of {', '.join(allowed)}")
     with Store(admin.db) as store:
         found = userdata.memories(store, user, q=request.args.get("q"), **filters)
     return jsonify(user_id=user, count=len(found), memories=found)
@@ -218,7 +212,7 @@ def get_memory(admin: Admin, memory_id: str) -> Response:
 
 
 def edit_memory(admin: Admin, memory_id: str) -> Response:
-    user, by_admin = admin.user()
+    user, reason = admin.user()
     before = _memory(admin, user, memory_id)
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or set(body) != {"content"}:
@@ -234,7 +228,7 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
         raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     with Store(admin.db) as store:
-        done = userdata.edit(store, user, before["id"], content, at=at, reason=_reason(by_admin),
+        done = userdata.edit(store, user, before["id"], content, at=at, reason=reason,
                              topics=sorted(admin.funnel.topics.tag(cleaned)))
     if done is None:
         raise _Denied(404, "no such memory")  # deleted meanwhile
@@ -245,22 +239,22 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
 
 
 def delete_memory(admin: Admin, memory_id: str) -> Response:
-    user, by_admin = admin.user()
+    user, reason = admin.user()
     found = _memory(admin, user, memory_id)
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     reached = userdata.forget_waiting(admin.queue, user, found["content"], int(at), at)
     with Store(admin.db) as store:
-        if userdata.delete(store, user, found["id"], ts=int(at), reason=_reason(by_admin)) is None:
+        if userdata.delete(store, user, found["id"], ts=int(at), reason=reason) is None:
             raise _Denied(404, "no such memory")  # deleted meanwhile
     return jsonify(deleted=1, id=found["id"], queue_reached=reached)
 
 
 def forget_me(admin: Admin) -> Response:
-    user, by_admin = admin.user()
+    user, reason = admin.user()
     at = admin.clock()
     reached = userdata.forget_waiting(admin.queue, user, None, int(at), at)
     with Store(admin.db) as store:
-        count = store.forget(user, ts=int(at), reason=_reason(by_admin), at=at, now=True)
+        count = store.forget(user, ts=int(at), reason=reason, at=at, now=True)
     return jsonify(deleted=count, queue_reached=reached)
 
 
