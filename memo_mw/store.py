@@ -300,16 +300,15 @@ class Store(contextlib.AbstractContextManager):
         self.vacuum_deleted()  # the old wording leaves the files too (skipped inside a caller's transaction)
         return self.get(user_id, memory_id)
 
-    def touch(self, user_id: str, counts: dict[int, int] | Iterable[int], ts: int) -> int:
-        """Count recalls (``id: times``, or ids recalled once each); an expired memory awaiting
-        confirmation was shown its once. Returns how many memories were updated."""
-        counts = dict(counts) if isinstance(counts, dict) else {int(i): 1 for i in counts}
+    def touch(self, user_id: str, ids: Iterable[int], ts: int) -> int:
+        """Count a recall of these memories; an expired one awaiting confirmation was shown its once.
+        Returns how many memories were updated."""
         with self.write():
             return self.db.executemany(
-                "update memories set hits = hits + ?, last_accessed = max(coalesce(last_accessed, 0), ?),"
+                "update memories set hits = hits + 1, last_accessed = max(coalesce(last_accessed, 0), ?),"
                 " confirm_shown_at = case when status = ? then coalesce(confirm_shown_at, ?) end"
                 " where user_id = ? and id = ?",
-                [(int(n), int(ts), PENDING_CONFIRM, int(ts), user_id, int(i)) for i, n in counts.items()]).rowcount
+                [(int(ts), PENDING_CONFIRM, int(ts), user_id, i) for i in {int(i) for i in ids}]).rowcount
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str,
                at: float | None = None, now: bool = False) -> int:
