@@ -120,8 +120,7 @@ class Recaller:
         """Top memories for the message, stored and pending, as this request may see them.
         ``analysis``: the message's ``funnel.topics.analyse()``, when the caller has it already."""
         now = time.time() if now is None else now
-        if recall_all is None:
-            recall_all = self.funnel.is_recall_all(message)
+        recall_all = self.funnel.is_recall_all(message) if recall_all is None else recall_all
         query_tokens, query_topics = analysis or self.funnel.topics.analyse(message)
         with self.store() as store:
             words = set(query_tokens) | {f"topic:{t}" for t in query_topics}
@@ -155,13 +154,9 @@ def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, 
     """Stored memories as this request sees them: pending statements merged in, what a recent
     forget request names left out, expired ones already asked about left out."""
     stored_forgets = [f for f in state.forgets if not f.get("pending_only")]
-    if stored_forgets:
-        memories = [m for m in memories if not forgotten(m, stored_forgets)]
-    if state.pending:
-        memories = merge_pending(memories, [without_forgotten(p, list(state.forgets)) for p in state.pending])
-    if state.shown:
-        memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
-    return memories
+    memories = [m for m in memories if not forgotten(m, stored_forgets)]
+    memories = merge_pending(memories, [without_forgotten(p, list(state.forgets)) for p in state.pending])
+    return [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
 
 
 def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
