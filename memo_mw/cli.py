@@ -7,7 +7,6 @@ import collections
 import contextlib
 import itertools
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +19,7 @@ from rq import Queue, SimpleWorker, Worker
 
 from . import counters, defaults, maintenance
 from . import insights as profile
-from .adapters import Turn, clean_id
+from .adapters import Turn, clean_id, epoch_seconds
 from .cron import json_queue
 from .exceptions import MemoError
 from .forgetting import forget_marker
@@ -158,12 +157,12 @@ def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
 
 def _turn(record: dict[str, Any], text: str) -> tuple[str, Turn]:
     """A replayed line as the user and the turn the middleware would read from a request."""
-    user, ts = clean_id(record.get("user")), record.get("ts")
+    user, ts = clean_id(record.get("user")), epoch_seconds(record.get("ts"))
     if user is None:
         raise ValueError("no user (a non-empty string or number)")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or not 0 < ts < 1e11:
-        raise ValueError(f"ts must be epoch seconds, not {ts!r}")
-    return user, Turn("plain", text, None, clean_id(record.get("session")), clean_id(record.get("id")), float(ts))
+    if ts is None:
+        raise ValueError(f"ts must be epoch seconds, not {record.get('ts')!r}")
+    return user, Turn("plain", text, None, clean_id(record.get("session")), clean_id(record.get("id")), ts)
 
 
 @main.command()
