@@ -66,8 +66,8 @@ class Spool:
         with self._connect(create=False) as conn:
             if conn is None:
                 return 0
-            conn.execute("begin immediate")
-            try:
+            with conn:  # committed at the end, rolled back on an error
+                conn.execute("begin immediate")
                 for i, text in conn.execute("select id, job from jobs").fetchall():
                     job = json.loads(text)
                     new = change(job)
@@ -76,10 +76,6 @@ class Spool:
                     elif new != job:
                         conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
                     changed += new != job
-            except BaseException:
-                conn.execute("rollback")
-                raise
-            conn.execute("commit")
         return changed
 
     def __len__(self) -> int:
