@@ -45,11 +45,17 @@ def _echo(as_json: bool, value: Any, lines: Iterable[str]) -> None:
         click.echo(line)
 
 
-def _funnel(paths: tuple[str, ...]) -> Funnel:
+@contextlib.contextmanager
+def _one_line(errors: type[Exception] | tuple[type[Exception], ...], prefix: str = "") -> Iterator[None]:
     try:
+        yield
+    except errors as exc:
+        raise click.ClickException(f"{prefix}{exc}") from exc
+
+
+def _funnel(paths: tuple[str, ...]) -> Funnel:
+    with _one_line(MemoError):
         return Funnel(load_rules(list(paths) or None))
-    except MemoError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -58,25 +64,18 @@ def _store(db: str, *, write: bool = False, create: bool = False) -> Iterator[St
     one not memo-mw's is given no schema unless ``create``; one failing midway is a one-line error."""
     if not create and not Path(db).is_file():
         raise click.ClickException(f"no memory database at {db!r}; check --db")
-    try:
+    with _one_line(MemoError):
         if write and not create:
             Store(db, readonly=True).close()  # refuses a foreign file or another schema version
         store = Store(db, readonly=not write)
-    except MemoError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        with store:
-            yield store
-    except sqlite3.Error as exc:
-        raise click.ClickException(f"cannot use {db!r} as the memory database: {exc}") from exc
+    with _one_line(sqlite3.Error, f"cannot use {db!r} as the memory database: "), store:
+        yield store
 
 
 @contextlib.contextmanager
 def _redis_queue(url: str, name: str) -> Iterator[Queue]:
-    try:
+    with _one_line((redis.RedisError, ValueError), f"cannot reach Redis at {url}: "):
         yield json_queue(url, name)
-    except (redis.RedisError, ValueError) as exc:
-        raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
 
 
 db_option = click.option("--db", default="memo.db", show_default=True, help="Path of the SQLite memory database.")
@@ -114,12 +113,10 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[
     maintenance interval than rq's, so that the jobs of a worker that died are retried sooner."""
     with contextlib.ExitStack() as held:
         for path in dbs:  # a bad database fails now, not per job
-            try:
+            with _one_line(MemoError):
                 check_writable(path)
                 # Closing the last connection checkpoints and deletes the WAL, milliseconds a job.
                 held.enter_context(Store(path))
-            except MemoError as exc:
-                raise click.ClickException(str(exc)) from exc
         with _redis_queue(url, queue_name) as queue:
             (SimpleWorker if simple else Worker)(
                 [queue], connection=queue.connection, serializer=queue.serializer, name=name,
