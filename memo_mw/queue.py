@@ -184,9 +184,7 @@ class LocalQueue:
         """Wait until every job enqueued so far has run (tests, the CLI, a clean shutdown)."""
         self._jobs.join()
 
-    def close(self) -> None:
-        """Let the jobs enqueued so far finish (as RedisQueue.close stops its spool thread)."""
-        self.join()
+    close = join  # a clean shutdown lets the jobs enqueued so far finish (RedisQueue.close stops its spool thread)
 
     def _run(self) -> None:
         while True:
