@@ -1,8 +1,6 @@
 """Request shapes, plain (``{"message": ...}``) and OpenAI chat (``{"messages": [...]}``): where
 the user, session and message are in a JSON body, and where the memory block goes (README, "Requests")."""
 
-from __future__ import annotations
-
 import contextlib
 from dataclasses import dataclass
 from typing import Any

@@ -6,8 +6,6 @@ web page under ``/memo``, for the middleware's user; only the admin token may ac
 Another user's memory is a 404. Changes need a JSON body, an ``X-Requested-With`` header or a bearer
 token, which a cross-site form cannot send."""
 
-from __future__ import annotations
-
 import functools
 import hmac
 import logging

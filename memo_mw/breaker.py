@@ -3,8 +3,6 @@
 Closed (calls go through) until ``threshold`` consecutive failures; then open: every caller skips
 for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again."""
 
-from __future__ import annotations
-
 import threading
 import time
 from collections.abc import Callable

@@ -1,8 +1,6 @@
 """``memo-mw``: the command line, a thin layer over the library. Library, database and Redis
 errors become a one-sentence ``click`` error and exit status 1, never a traceback."""
 
-from __future__ import annotations
-
 import collections
 import contextlib
 import itertools

@@ -7,8 +7,6 @@ cron string ``MEMO_INSIGHTS_CRON`` (local time), or every ``MEMO_INSIGHTS_INTERV
 on the ``MEMO_QUEUE`` queue as JSON jobs on ``MEMO_DB``, which ``memo-mw worker`` runs. Not ``rq cron``:
 rq 3.0's enqueues with pickle, which the JSON worker cannot read; rq's ``CronJob`` still decides when."""
 
-from __future__ import annotations
-
 import datetime
 import os
 import sys

@@ -3,8 +3,6 @@ The bot needs no language model: it answers with what the middleware recalled fo
 ``OPENAI_BASE_URL`` set (and ``OPENAI_MODEL``, ``OPENAI_API_KEY`` as that server needs), asks that
 OpenAI-compatible server, and answers from memory if the call fails."""
 
-from __future__ import annotations
-
 import json
 import logging
 import os

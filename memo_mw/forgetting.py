@@ -2,8 +2,6 @@
 A statement said before the request may still wait (in Redis, the spool, a retry): the request leaves a
 *marker*, its times and one-way hashes of its words, that recall, the jobs and the store check."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from collections.abc import Iterable

@@ -6,8 +6,6 @@ from chat text. Recall shows the first lines, in the user's language, in the blo
     经常问到 rust（异步、类型系统）：4 周内 12 条消息，2026-W40 至 2026-W47；置信度：高
 """
 
-from __future__ import annotations
-
 import collections
 from typing import Any
 

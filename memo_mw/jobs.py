@@ -4,8 +4,6 @@ Arguments are plain JSON values, the database path among them: the worker needs 
 and the file. Every job is idempotent: ``remember`` records its job key; ``forget``, ``maintain``,
 ``insights`` are safe to repeat; a repeated ``touch`` or ``count_topics`` only nudges a ranking."""
 
-from __future__ import annotations
-
 import logging
 import time
 from typing import Any

@@ -3,8 +3,6 @@ maintain``, idempotent at a given ``now``: an expired task waits as ``pending_co
 once more, saying it again confirms it) and is deleted, audited, if still unconfirmed at ``remove_at``;
 of two active memories on one key with opposite polarity (racing workers, an import), the newer stays."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from . import defaults

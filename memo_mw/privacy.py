@@ -7,8 +7,6 @@ Stated passwords, PINs, codes, keys and tokens, known key shapes and long random
 a value is masked once, by the most specific rule; digit runs that are none of these (order numbers,
 years, prices) stay. Masking is idempotent: the placeholders match no pattern."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import regex

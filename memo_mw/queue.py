@@ -3,8 +3,6 @@
 MULTI/EXEC, jobs wait in the spool (:mod:`memo_mw.spool`) while Redis is down and one thread sends them
 once it answers; a job neither takes is logged with the user id and counted in ``stats["lost"]``."""
 
-from __future__ import annotations
-
 import collections
 import logging
 import queue

@@ -5,8 +5,6 @@ forget request names; one :func:`score` ranks them: ``0.7 relevance + 0.1 recenc
 Relevance is a weighted token overlap plus a share for a common topic; style memories and an expired
 task's request for confirmation are always in; the top ``k`` fit a character budget."""
 
-from __future__ import annotations
-
 import contextlib
 import math
 import threading

@@ -4,8 +4,6 @@ Each spooled job is the enqueue call as it would have been made, so sending it l
 call; it is removed only after Redis took it (a job id makes a second send harmless). Several
 processes may share one spool file; SQLite serialises them."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -4,8 +4,6 @@ markers (recall hides what they name until the forget job has run), and the expi
 has **shown** once. :class:`RedisState` (one hash per user, one round trip) and :class:`LocalState`
 (a dict, embedded mode) share one interface."""
 
-from __future__ import annotations
-
 import json
 import threading
 import time

@@ -3,8 +3,6 @@ no word, but both are about ``food``, and recall counts a shared topic as releva
 matches anywhere in the text; an English word as a word, stemmed as :func:`memo_mw.text.tokens` stems;
 an English phrase as a run of whole words."""
 
-from __future__ import annotations
-
 import regex
 
 from .text import nfkc, stem, tokens

@@ -2,8 +2,6 @@
 Every function touches one user's rows only: another user's memory id is the same as one that does
 not exist. Edits are PII-masked; deletions are physical and audited by count, never content."""
 
-from __future__ import annotations
-
 import json
 import logging
 from typing import Any
