@@ -1,8 +1,6 @@
 """Rules that reload when their files change, without a restart (docs/rules.md, "Reloading without a
 restart"): rules that do not pass ``memo-mw rules check`` are not used, and the last good rules stay."""
 
-from __future__ import annotations
-
 import logging
 import os
 import threading
@@ -37,7 +35,7 @@ def files_signature(paths: str | Sequence[str] | None) -> tuple:
 
 def make_funnel(rules: str | Sequence[str] | RuleSet | None, *,
                 reload_interval: float | None = defaults.RULES_RELOAD_INTERVAL,
-                clock: Callable[[], float] = time.monotonic) -> Funnel | ReloadingFunnel:
+                clock: Callable[[], float] = time.monotonic) -> "Funnel | ReloadingFunnel":
     """The funnel for the middleware: watching its files unless given a RuleSet or no interval.
     Raises :class:`RulesError` when the rules cannot be loaded at start-up (no last good rules)."""
     if isinstance(rules, RuleSet):
