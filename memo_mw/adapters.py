@@ -23,7 +23,7 @@ class Turn:
 def header_user(environ: dict, key: str) -> str | None:
     """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None."""
     header = environ.get(key)
-    if isinstance(header, str):  # WSGI hands headers over as latin-1; a UTF-8 id should match the same id in a body
+    if isinstance(header, str):  # WSGI gives headers as latin-1: a UTF-8 id must match the same id in a body
         with contextlib.suppress(UnicodeError):
             header = header.encode("latin-1").decode("utf-8")
     return clean_id(header)
@@ -46,7 +46,7 @@ def _message_text(content: Any) -> str | None:
     return None
 
 
-def epoch_seconds(value: Any) -> float | None:
+def timestamp(value: Any) -> float | None:
     """A plausible epoch time in seconds (not a bool, NaN, infinity or milliseconds), or None."""
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     return float(value) if is_number and 0 < value < 1e11 else None
@@ -65,10 +65,10 @@ def read_turn(body: Any) -> Turn | None:
         metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
         return Turn("openai", message, clean_id(body.get("user")),
                     clean_id(metadata.get("session_id")) or clean_id(body.get("session_id")),
-                    clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")), epoch_seconds(body.get("ts")))
+                    clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")), timestamp(body.get("ts")))
     if isinstance(body.get("message"), str):
         return Turn("plain", body["message"], clean_id(body.get("user_id")), clean_id(body.get("session_id")),
-                    clean_id(body.get("message_id")), epoch_seconds(body.get("ts")))
+                    clean_id(body.get("message_id")), timestamp(body.get("ts")))
     return None
 
 

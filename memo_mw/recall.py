@@ -33,9 +33,7 @@ class RecallConfig:
     w_recency: float = defaults.WEIGHT_RECENCY
     w_hotness: float = defaults.WEIGHT_HOTNESS
     decay: float = defaults.RECENCY_DECAY
-    #: Relevance a shared topic adds (capped at 1).
     w_topic: float = defaults.WEIGHT_TOPIC
-    #: Hits at which hotness is full: one restatement must not make a memory the "hottest".
     hotness_full: int = defaults.HOTNESS_FULL
 
 

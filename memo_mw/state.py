@@ -1,8 +1,7 @@
-"""Short-lived per-user state between a request and the jobs it queued (at most PENDING_TTL seconds):
-**pending** payloads not stored yet (recall merges them in: read-your-own-writes), recent **forget**
-markers (recall hides what they name until the forget job has run), and the expired memories recall
-has **shown** once. :class:`RedisState` (one hash per user, one round trip) and :class:`LocalState`
-(a dict, embedded mode) share one interface."""
+"""Short-lived per-user state between a request and the jobs it queued (at most PENDING_TTL seconds): **pending**
+payloads not stored yet (recall merges them in: read-your-own-writes), recent **forget** markers (recall hides
+what they name until the forget job has run), and the expired memories recall has **shown** once.
+:class:`RedisState` (one hash per user, one round trip) and :class:`LocalState` (a dict) share one interface."""
 
 import json
 import threading

@@ -46,11 +46,10 @@ def clean_content(text: str) -> str:
 
 def edit(store: Store, user_id: str, memory_id: int, content: str, *, at: float, reason: str,
          topics: list[str] | None = None) -> tuple[str, dict[str, Any]] | None:
-    """Replace a memory's line with ``content`` (masked here): ``(outcome, memory)``, or None when the
-    user has no such memory. ``at`` is the server's time: a statement on the old slot read before it
-    and still waiting for its job is not stored. Outcomes: ``unchanged``; ``merged`` into an equal
-    memory, which stays (audit ``edit_merge``); ``edited`` (the excerpt too, so the old wording is
-    kept nowhere; the slot stays while the new line names it)."""
+    """Replace a memory's line with ``content`` (masked here): ``(outcome, memory)``, or None when the user has
+    no such memory. ``at`` is the server's time: a statement on the old slot read before it and still waiting
+    for its job is not stored. Outcomes: ``unchanged``; ``merged`` into an equal memory, which stays (audit
+    ``edit_merge``); ``edited`` (the excerpt too: the old wording is kept nowhere; the slot stays while named)."""
     content = clean_content(content)
     with store.write():
         row = store.get(user_id, memory_id)
