@@ -98,13 +98,8 @@ def _merge(store: Store, row: dict[str, Any], duplicate: dict[str, Any], *, ts: 
 
 def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str) -> dict[str, Any] | None:
     """Physically delete one memory of the user (audit ``delete``); the deleted memory, or None."""
-    with store.write():
-        row = store.get(user_id, memory_id)
-        if row is None:
-            return None
-        store.delete(user_id, [memory_id], ts=ts, reason=reason)
-    store.vacuum_deleted()  # skipped inside the transaction above: the old text leaves the files now
-    return row
+    row = store.get(user_id, memory_id)  # (0 deleted: someone else deleted it meanwhile)
+    return row if row is not None and store.delete(user_id, [memory_id], ts=ts, reason=reason) else None
 
 
 def export(store: Store, user_id: str, *, now: int) -> dict[str, Any]:
