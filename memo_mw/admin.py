@@ -155,8 +155,7 @@ def _refuse_cross_site_changes() -> None:
 
 
 def _no_store(response: Response) -> Response:
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers.update({"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
     response.headers.setdefault("Referrer-Policy", "no-referrer")
     return response
 

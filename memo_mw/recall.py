@@ -56,8 +56,6 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
     a memory's topics when stored without them; ``recall_all``: the message asks for every memory."""
     memories = [m for m in memories if m.get("status") == "pending_confirm"
                 or m.get("expires_at") is None or m["expires_at"] > now]  # (an expired one: only to confirm)
-    if not memories:
-        return []
     # At least 1: with no hits anywhere and hotness_full 0, the scale would be log(1) = 0.
     max_hits = max(1, config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
     scored = []
