@@ -38,9 +38,7 @@ class TopicTagger:
     def analyse(self, text: str) -> tuple[frozenset[str], frozenset[str]]:
         """The text's tokens (:func:`memo_mw.text.tokens`) and its topics, found together."""
         text_tokens = tokens(text)
-        found: set[str] = set()
-        for token in text_tokens:
-            found.update(self._by_stem.get(token, ()))
+        found = {topic for token in text_tokens for topic in self._by_stem.get(token, ())}
         folded = nfkc(text).casefold()
         found.update(self._phrases(_WORDS.findall(folded)))
         if not folded.isascii():  # the substring entries are the non-ASCII ones
