@@ -50,11 +50,9 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
         for each in payloads:
             state.drop_pending(each["user_id"], [each["job_key"]])
     if batch:
-        queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
         with current.connection.pipeline() as pipe:
             for job in batch:
-                queue.remove(job, pipeline=pipe)
-                job.delete(pipeline=pipe)
+                job.delete(pipeline=pipe)  # (which takes it off its queue too)
             pipe.execute()
     return results[0]
 
