@@ -220,8 +220,7 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
     if len(content) > MAX_EDIT_CHARS:
         raise _Denied(400, f"content is longer than {MAX_EDIT_CHARS} characters")
     cleaned = userdata.clean_content(content)
-    gate = admin.sensitive_gate(cleaned)
-    if gate is not None:  # the store never keeps these categories; an edit cannot add one
+    if (gate := admin.sensitive_gate(cleaned)) is not None:  # never stored: an edit cannot add one either
         raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     with Store(admin.db) as store:

@@ -299,8 +299,7 @@ def rules() -> None:
 def rules_check(paths: tuple[str, ...]) -> None:
     """Validate rule files or folders (default: the shipped ones): every problem as file:line: rule id:
     problem, and exit status 1 if there is any."""
-    problems = check_rules(list(paths) or None)
-    if problems:
+    if problems := check_rules(list(paths) or None):
         click.echo("\n".join(problems), err=True)
         raise click.ClickException(f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the rules")
     rule_set = load_rules(list(paths) or None)

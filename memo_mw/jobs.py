@@ -85,8 +85,7 @@ def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "use
     current = get_current_job()
     if current is not None:
         queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
-        changed = forget_waiting(queue, user_id, forget_marker(match, ts, received))
-        if changed:
+        if changed := forget_waiting(queue, user_id, forget_marker(match, ts, received)):
             log.info("memo-mw: a forget request changed %d waiting capture jobs", changed)
     return count
 

@@ -108,8 +108,7 @@ class RedisQueue:
     def close(self, timeout: float = 5.0) -> None:
         """Stop the spool thread (a clean shutdown, tests); its jobs wait in the spool file for the next process."""
         self._closing.set()
-        drainer = self._drainer
-        if drainer is not None:
+        if (drainer := self._drainer) is not None:
             drainer.join(timeout)
         self._drainer = None
 

@@ -82,8 +82,7 @@ class ReloadingFunnel:
             return
         try:
             self._looked_at = self.clock()
-            signature = files_signature(self.paths)
-            if signature not in (self._signature, self._rejected):
+            if (signature := files_signature(self.paths)) not in (self._signature, self._rejected):
                 self._reload(signature)
         finally:
             self._looking.release()

@@ -57,8 +57,7 @@ class RedisState:
         self._write(user_id, {"p:" + payload["job_key"]: json.dumps(payload)}, pipe)
 
     def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
-        fields = ["p:" + k for k in job_keys]
-        if fields:
+        if fields := ["p:" + k for k in job_keys]:
             self._guarded(lambda: self.connection.hdel(self.key(user_id), *fields))
 
     def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
@@ -71,8 +70,7 @@ class RedisState:
                     "p:" + payload["job_key"], json.dumps(kept) if kept["candidates"] else ""]))
 
     def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
-        fields = {f"s:{int(i)}": 1 for i in ids}
-        if fields:  # HSET takes at least one field: nothing shown is nothing to write
+        if fields := {f"s:{int(i)}": 1 for i in ids}:  # HSET takes at least one field
             self._write(user_id, fields)
 
     def _write(self, user_id: str, fields: dict[str, Any], pipe: Any = None) -> None:

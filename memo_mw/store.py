@@ -270,8 +270,7 @@ class Store(contextlib.AbstractContextManager):
         new_id = self.db.execute(f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
                                  list(values.values())).lastrowid
         # The newer statement on the slot wins, whichever job runs last (a retry, a spooled job).
-        newer = [row for row in same_slot if (row["source_ts"] or 0) > ts]
-        if newer:
+        if newer := [row for row in same_slot if (row["source_ts"] or 0) > ts]:
             self.supersede(new_id, newer[-1]["id"], ts)
             return "outdated"
         for row in same_slot:
