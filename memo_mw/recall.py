@@ -98,9 +98,7 @@ class Recaller:
     @contextlib.contextmanager
     def store(self) -> Iterator[Store]:
         """This thread's read-only store; a failed one is closed, and the next read opens the file anew."""
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = self._local.store = Store(self.db, readonly=True)
+        store = self._local.store = getattr(self._local, "store", None) or Store(self.db, readonly=True)
         try:
             yield store
         except Exception:
