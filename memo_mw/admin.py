@@ -261,15 +261,13 @@ def list_insights(admin: Admin) -> Response:
     return jsonify(user_id=user, count=len(found), insights=found)
 
 
-def export(admin: Admin) -> Response:
+def export(admin: Admin) -> tuple[Response, dict[str, str]]:
     user, _ = admin.user()
     with Store(admin.db) as store:
         data = userdata.export(store, user, now=int(admin.clock()))
     data["pending"] = userdata.pending(admin.queue, user)
-    response = jsonify(data)
     slug = re.sub(r"[^A-Za-z0-9_-]+", "_", user)[:64] or "user"
-    response.headers["Content-Disposition"] = f'attachment; filename="memo-export-{slug}.json"'
-    return response
+    return jsonify(data), {"Content-Disposition": f'attachment; filename="memo-export-{slug}.json"'}
 
 
 _ROUTES = (
@@ -287,8 +285,6 @@ _ROUTES = (
 def _render(admin: Admin, template: str, *, status: int = 200, **context: Any) -> Response:
     nonce = secrets.token_urlsafe(16)  # the page runs its own inline script and style, nothing else
     html = admin.templates.get_template(template).render(nonce=nonce, **context)
-    response = Response(html, status=status, mimetype="text/html")
-    response.headers["Content-Security-Policy"] = (
+    return Response(html, status=status, mimetype="text/html", headers={"Content-Security-Policy": (
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-    return response
+        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")})
