@@ -98,12 +98,10 @@ def _bearer(authorization: str) -> str | None:
 
 
 def _checked_token(token: str | None) -> str | None:
-    if not token:
-        return None
-    if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
+    if token and (not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS):
         raise ValueError(f"the admin token (MEMO_ADMIN_TOKEN) must be a string of at least {MIN_TOKEN_CHARS} "
                          "characters; generate one with: python -c 'import secrets; print(secrets.token_urlsafe())'")
-    return token
+    return token or None
 
 
 def create_blueprint(db: str, *, url_prefix: str = "/memo", user_header: str = defaults.USER_HEADER,

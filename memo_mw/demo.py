@@ -52,8 +52,7 @@ def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any
         if reply is None:
             lines = [_ACK[stage]] if stage in _ACK else []
             if memories:
-                lines.append("Here is what I remember that may matter now:")
-                lines.extend(f"- {m['content']}" for m in memories)
+                lines += ["Here is what I remember that may matter now:", *(f"- {m['content']}" for m in memories)]
             elif stage not in _ACK:
                 lines.append("I don't remember anything relevant yet. Tell me what you like, or how I should answer.")
             reply = "\n".join(lines)

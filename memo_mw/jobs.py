@@ -118,9 +118,8 @@ def count_topics(db: str, counts: dict[str, dict[str, int]], at: float) -> int:
     added = 0
     with Store(db) as store:
         for user_id, noted in counts.items():
-            forgot = store.db.execute("select 1 from forget_markers where user_id = ? and tokens is null"
-                                      " and coalesce(server_at, at) >= ?", [user_id, at]).fetchone()
-            if not forgot:
+            if not store.db.execute("select 1 from forget_markers where user_id = ? and tokens is null"
+                                    " and coalesce(server_at, at) >= ?", [user_id, at]).fetchone():
                 added += counters.add(store, user_id, {tuple(k.split("|", 1)): n for k, n in noted.items()})
     return added
 
