@@ -1,8 +1,7 @@
 """Request shapes, plain (``{"message": ...}``) and OpenAI chat (``{"messages": [...]}``): where
 the user, session and message are in a JSON body, and where the memory block goes (README, "Requests")."""
 
-from __future__ import annotations
-
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,16 +23,13 @@ class Turn:
 def header_user(environ: dict, key: str) -> str | None:
     """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None."""
     header = environ.get(key)
-    if isinstance(header, str):
-        try:  # WSGI hands headers over as latin-1; a UTF-8 id should match the same id in a body
+    if isinstance(header, str):  # WSGI gives headers as latin-1: a UTF-8 id must match the same id in a body
+        with contextlib.suppress(UnicodeError):
             header = header.encode("latin-1").decode("utf-8")
-        except UnicodeError:
-            pass
     return clean_id(header)
 
 
 def clean_id(value: Any) -> str | None:
-    """An id as a non-empty string of reasonable length, or None."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
     value = str(value).strip()
@@ -50,10 +46,10 @@ def _message_text(content: Any) -> str | None:
     return None
 
 
-def _ts(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if 0 < value < 1e11 else None
+def timestamp(value: Any) -> float | None:
+    """A plausible epoch time in seconds (not a bool, NaN, infinity or milliseconds), or None."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if is_number and 0 < value < 1e11 else None
 
 
 def read_turn(body: Any) -> Turn | None:
@@ -69,10 +65,10 @@ def read_turn(body: Any) -> Turn | None:
         metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
         return Turn("openai", message, clean_id(body.get("user")),
                     clean_id(metadata.get("session_id")) or clean_id(body.get("session_id")),
-                    clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")), _ts(body.get("ts")))
+                    clean_id(users[-1].get("id")) or clean_id(metadata.get("message_id")), timestamp(body.get("ts")))
     if isinstance(body.get("message"), str):
         return Turn("plain", body["message"], clean_id(body.get("user_id")), clean_id(body.get("session_id")),
-                    clean_id(body.get("message_id")), _ts(body.get("ts")))
+                    clean_id(body.get("message_id")), timestamp(body.get("ts")))
     return None
 
 

@@ -4,10 +4,7 @@ web page under ``/memo``, for the middleware's user; only the admin token may ac
     app.register_blueprint(blueprint_for(middleware, admin_token=os.environ.get("MEMO_ADMIN_TOKEN")))
 
 Another user's memory is a 404. Changes need a JSON body, an ``X-Requested-With`` header or a bearer
-token, which a cross-site form cannot send.
-"""
-
-from __future__ import annotations
+token, which a cross-site form cannot send."""
 
 import functools
 import hmac
@@ -61,9 +58,9 @@ class Admin:
                                             autoescape=True)
         self.templates.filters["iso"] = lambda ts: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts or 0))
 
-    def user(self) -> tuple[str, bool]:
-        """(the user the request acts for, whether by the admin token); raises _Denied. Without
-        ``?user=``, an ``Authorization`` header is the app's: the request acts for its own identity."""
+    def user(self) -> tuple[str, str]:
+        """(the user the request acts for, who acts, for the audit); raises _Denied. Without ``?user=``,
+        an ``Authorization`` header is the app's: the request acts for its own identity."""
         if "user" in request.args:
             token = _bearer(request.headers.get("Authorization", ""))
             if token is None:
@@ -73,7 +70,7 @@ class Admin:
             user = clean_id(request.args.get("user"))
             if user is None:
                 raise _Denied(400, "?user= must name a user")
-            return user, True
+            return user, "admin token"
         try:
             user = (header_user(request.environ, self.user_header_key) if self.get_user is None
                     else clean_id(self.get_user(request.environ, None)))
@@ -82,7 +79,7 @@ class Admin:
             user = None
         if user is None:
             raise _Denied(401, "no user identity on this request")
-        return user, False
+        return user, "user, memo page or API"
 
     def sensitive_gate(self, text: str) -> str | None:
         """The id of the first sensitive gate the text hits (a category never stored), or None."""
@@ -101,12 +98,10 @@ def _bearer(authorization: str) -> str | None:
 
 
 def _checked_token(token: str | None) -> str | None:
-    if not token:
-        return None
-    if not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS:
+    if token and (not isinstance(token, str) or len(token) < MIN_TOKEN_CHARS):
         raise ValueError(f"the admin token (MEMO_ADMIN_TOKEN) must be a string of at least {MIN_TOKEN_CHARS} "
                          "characters; generate one with: python -c 'import secrets; print(secrets.token_urlsafe())'")
-    return token
+    return token or None
 
 
 def create_blueprint(db: str, *, url_prefix: str = "/memo", user_header: str = defaults.USER_HEADER,
@@ -143,12 +138,9 @@ def _blueprint(admin: Admin, *, name: str, url_prefix: str) -> Blueprint:
     return bp
 
 
-def _denied(exc: _Denied) -> Response:
-    response = jsonify(error=exc.message)
-    response.status_code = exc.status
-    if exc.status == 401:
-        response.headers["WWW-Authenticate"] = 'Bearer realm="memo"'
-    return response
+def _denied(exc: _Denied) -> tuple[Response, int, dict[str, str]]:
+    challenge = {"WWW-Authenticate": 'Bearer realm="memo"'} if exc.status == 401 else {}
+    return jsonify(error=exc.message), exc.status, challenge
 
 
 def _refuse_cross_site_changes() -> None:
@@ -161,8 +153,7 @@ def _refuse_cross_site_changes() -> None:
 
 
 def _no_store(response: Response) -> Response:
-    response.headers["Cache-Control"] = "no-store"
-    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers.update({"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
     response.headers.setdefault("Referrer-Policy", "no-referrer")
     return response
 
@@ -176,10 +167,6 @@ def _memory(admin: Admin, user: str, memory_id: str) -> dict[str, Any]:
     if found is None:
         raise _Denied(404, "no such memory")
     return found
-
-
-def _reason(by_admin: bool) -> str:
-    return "admin token" if by_admin else "user, memo page or API"
 
 
 def page(admin: Admin) -> Response:
@@ -206,11 +193,9 @@ def list_memories(admin: Admin) -> Response:
     user, _ = admin.user()
     filters = {}
     for field, allowed in (("type", userdata.TYPES), ("status", userdata.STATUSES)):
-        value = request.args.get(field)
-        if value is not None:
-            if value not in allowed:
-                raise _Denied(400, f"{field} must be one of {', '.join(allowed)}")
-            filters[field] = value
+        filters[field] = value = request.args.get(field)
+        if value is not None and value not in allowed:
+            raise _Denied(400, f"{field} must be one of {', '.join(allowed)}")
     with Store(admin.db) as store:
         found = userdata.memories(store, user, q=request.args.get("q"), **filters)
     return jsonify(user_id=user, count=len(found), memories=found)
@@ -222,7 +207,7 @@ def get_memory(admin: Admin, memory_id: str) -> Response:
 
 
 def edit_memory(admin: Admin, memory_id: str) -> Response:
-    user, by_admin = admin.user()
+    user, reason = admin.user()
     before = _memory(admin, user, memory_id)
     body = request.get_json(silent=True)
     if not isinstance(body, dict) or set(body) != {"content"}:
@@ -233,12 +218,11 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
     if len(content) > MAX_EDIT_CHARS:
         raise _Denied(400, f"content is longer than {MAX_EDIT_CHARS} characters")
     cleaned = userdata.clean_content(content)
-    gate = admin.sensitive_gate(cleaned)
-    if gate is not None:  # the store never keeps these categories; an edit cannot add one
+    if (gate := admin.sensitive_gate(cleaned)) is not None:  # never stored: an edit cannot add one either
         raise _Denied(422, f"this is a sensitive category that is never stored ({gate})")
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     with Store(admin.db) as store:
-        done = userdata.edit(store, user, before["id"], content, at=at, reason=_reason(by_admin),
+        done = userdata.edit(store, user, before["id"], content, at=at, reason=reason,
                              topics=sorted(admin.funnel.topics.tag(cleaned)))
     if done is None:
         raise _Denied(404, "no such memory")  # deleted meanwhile
@@ -249,22 +233,22 @@ def edit_memory(admin: Admin, memory_id: str) -> Response:
 
 
 def delete_memory(admin: Admin, memory_id: str) -> Response:
-    user, by_admin = admin.user()
+    user, reason = admin.user()
     found = _memory(admin, user, memory_id)
     at = admin.clock()  # to the fraction of a second: waiting statements are ordered against it
     reached = userdata.forget_waiting(admin.queue, user, found["content"], int(at), at)
     with Store(admin.db) as store:
-        if userdata.delete(store, user, found["id"], ts=int(at), reason=_reason(by_admin)) is None:
+        if userdata.delete(store, user, found["id"], ts=int(at), reason=reason) is None:
             raise _Denied(404, "no such memory")  # deleted meanwhile
     return jsonify(deleted=1, id=found["id"], queue_reached=reached)
 
 
 def forget_me(admin: Admin) -> Response:
-    user, by_admin = admin.user()
+    user, reason = admin.user()
     at = admin.clock()
     reached = userdata.forget_waiting(admin.queue, user, None, int(at), at)
     with Store(admin.db) as store:
-        count = store.forget(user, ts=int(at), reason=_reason(by_admin), at=at, now=True)
+        count = store.forget(user, ts=int(at), reason=reason, at=at, now=True)
     return jsonify(deleted=count, queue_reached=reached)
 
 
@@ -275,15 +259,13 @@ def list_insights(admin: Admin) -> Response:
     return jsonify(user_id=user, count=len(found), insights=found)
 
 
-def export(admin: Admin) -> Response:
+def export(admin: Admin) -> tuple[Response, dict[str, str]]:
     user, _ = admin.user()
     with Store(admin.db) as store:
         data = userdata.export(store, user, now=int(admin.clock()))
     data["pending"] = userdata.pending(admin.queue, user)
-    response = jsonify(data)
     slug = re.sub(r"[^A-Za-z0-9_-]+", "_", user)[:64] or "user"
-    response.headers["Content-Disposition"] = f'attachment; filename="memo-export-{slug}.json"'
-    return response
+    return jsonify(data), {"Content-Disposition": f'attachment; filename="memo-export-{slug}.json"'}
 
 
 _ROUTES = (
@@ -301,8 +283,6 @@ _ROUTES = (
 def _render(admin: Admin, template: str, *, status: int = 200, **context: Any) -> Response:
     nonce = secrets.token_urlsafe(16)  # the page runs its own inline script and style, nothing else
     html = admin.templates.get_template(template).render(nonce=nonce, **context)
-    response = Response(html, status=status, mimetype="text/html")
-    response.headers["Content-Security-Policy"] = (
+    return Response(html, status=status, mimetype="text/html", headers={"Content-Security-Policy": (
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; connect-src 'self'; "
-        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-    return response
+        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")})

@@ -1,10 +1,7 @@
 """A circuit breaker: after failures, skip a sick dependency for a while instead of waiting on it.
 
 Closed (calls go through) until ``threshold`` consecutive failures; then open: every caller skips
-for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again.
-"""
-
-from __future__ import annotations
+for ``cooldown`` seconds, then one at a time may try (half-open), and a success closes it again."""
 
 import threading
 import time
@@ -16,16 +13,13 @@ class CircuitBreaker:
                  clock: Callable[[], float] = time.monotonic):
         if threshold < 1 or cooldown < 0:
             raise ValueError("threshold must be at least 1 and cooldown not negative")
-        self.threshold = threshold
-        self.cooldown = cooldown
-        self.clock = clock
+        self.threshold, self.cooldown, self.clock = threshold, cooldown, clock
         self._failures = 0
         self._retry_at = 0.0  # while open: when the next trial may go
         self._lock = threading.Lock()
 
     @property
     def closed(self) -> bool:
-        """Whether calls go through (fewer than ``threshold`` consecutive failures)."""
         return self._failures < self.threshold
 
     def allow(self) -> bool:
@@ -42,13 +36,11 @@ class CircuitBreaker:
             return True
 
     def success(self) -> None:
-        """The dependency answered: close the circuit."""
         if self._failures:
             with self._lock:
                 self._failures = 0
 
     def failure(self) -> None:
-        """The dependency failed: count it, and open the circuit at ``threshold``."""
         with self._lock:
             self._failures += 1
             if self._failures >= self.threshold:

@@ -1,13 +1,10 @@
 """``memo-mw``: the command line, a thin layer over the library. Library, database and Redis
 errors become a one-sentence ``click`` error and exit status 1, never a traceback."""
 
-from __future__ import annotations
-
 import collections
 import contextlib
 import itertools
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +17,7 @@ from rq import Queue, SimpleWorker, Worker
 
 from . import counters, defaults, maintenance
 from . import insights as profile
-from .adapters import Turn, clean_id
+from .adapters import Turn, clean_id, timestamp
 from .cron import json_queue
 from .exceptions import MemoError
 from .forgetting import forget_marker
@@ -42,16 +39,21 @@ REPLAY_BATCH = 500
 
 
 def _echo(as_json: bool, value: Any, lines: Iterable[str]) -> None:
-    """Print ``value`` as JSON, or else ``lines``."""
     for line in [json.dumps(value, ensure_ascii=False)] if as_json else lines:
         click.echo(line)
 
 
-def _funnel(paths: tuple[str, ...]) -> Funnel:
+@contextlib.contextmanager
+def _one_line(errors: type[Exception] | tuple[type[Exception], ...], prefix: str = "") -> Iterator[None]:
     try:
+        yield
+    except errors as exc:
+        raise click.ClickException(f"{prefix}{exc}") from exc
+
+
+def _funnel(paths: tuple[str, ...]) -> Funnel:
+    with _one_line(MemoError):
         return Funnel(load_rules(list(paths) or None))
-    except MemoError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @contextlib.contextmanager
@@ -60,26 +62,18 @@ def _store(db: str, *, write: bool = False, create: bool = False) -> Iterator[St
     one not memo-mw's is given no schema unless ``create``; one failing midway is a one-line error."""
     if not create and not Path(db).is_file():
         raise click.ClickException(f"no memory database at {db!r}; check --db")
-    try:
+    with _one_line(MemoError):
         if write and not create:
             Store(db, readonly=True).close()  # refuses a foreign file or another schema version
         store = Store(db, readonly=not write)
-    except MemoError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        with store:
-            yield store
-    except sqlite3.Error as exc:
-        raise click.ClickException(f"cannot use {db!r} as the memory database: {exc}") from exc
+    with _one_line(sqlite3.Error, f"cannot use {db!r} as the memory database: "), store:
+        yield store
 
 
 @contextlib.contextmanager
 def _redis_queue(url: str, name: str) -> Iterator[Queue]:
-    """The jobs' rq queue for the block; Redis failing is a one-line error."""
-    try:
+    with _one_line((redis.RedisError, ValueError), f"cannot reach Redis at {url}: "):
         yield json_queue(url, name)
-    except (redis.RedisError, ValueError) as exc:
-        raise click.ClickException(f"cannot reach Redis at {url}: {exc}") from exc
 
 
 db_option = click.option("--db", default="memo.db", show_default=True, help="Path of the SQLite memory database.")
@@ -117,12 +111,10 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[
     maintenance interval than rq's, so that the jobs of a worker that died are retried sooner."""
     with contextlib.ExitStack() as held:
         for path in dbs:  # a bad database fails now, not per job
-            try:
+            with _one_line(MemoError):
                 check_writable(path)
                 # Closing the last connection checkpoints and deletes the WAL, milliseconds a job.
                 held.enter_context(Store(path))
-            except MemoError as exc:
-                raise click.ClickException(str(exc)) from exc
         with _redis_queue(url, queue_name) as queue:
             (SimpleWorker if simple else Worker)(
                 [queue], connection=queue.connection, serializer=queue.serializer, name=name,
@@ -160,12 +152,12 @@ def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
 
 def _turn(record: dict[str, Any], text: str) -> tuple[str, Turn]:
     """A replayed line as the user and the turn the middleware would read from a request."""
-    user, ts = clean_id(record.get("user")), record.get("ts")
+    user, ts = clean_id(record.get("user")), timestamp(record.get("ts"))
     if user is None:
         raise ValueError("no user (a non-empty string or number)")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or not 0 < ts < 1e11:
-        raise ValueError(f"ts must be epoch seconds, not {ts!r}")
-    return user, Turn("plain", text, None, clean_id(record.get("session")), clean_id(record.get("id")), float(ts))
+    if ts is None:
+        raise ValueError(f"ts must be epoch seconds, not {record.get('ts')!r}")
+    return user, Turn("plain", text, None, clean_id(record.get("session")), clean_id(record.get("id")), ts)
 
 
 @main.command()
@@ -178,8 +170,7 @@ def replay(file, db: str, rules_paths: tuple[str, ...], as_json: bool) -> None:
 
     FILE is JSON lines (- for stdin): {"user", "session", "ts", "text"}, optionally "id" (message id)
     and "role" (default "user"; other roles are never stored); ts, epoch seconds, is the clock.
-    Prints where lines stopped, and what the store did with the captured ones.
-    """
+    Prints where lines stopped, and what the store did with the captured ones."""
     funnel, counts, started = _funnel(rules_paths), collections.Counter(), time.perf_counter()
     with _store(db, write=True, create=True) as store:
         turns = _user_lines(enumerate(file, 1), counts, _turn)
@@ -308,8 +299,7 @@ def rules() -> None:
 def rules_check(paths: tuple[str, ...]) -> None:
     """Validate rule files or folders (default: the shipped ones): every problem as file:line: rule id:
     problem, and exit status 1 if there is any."""
-    problems = check_rules(list(paths) or None)
-    if problems:
+    if problems := check_rules(list(paths) or None):
         click.echo("\n".join(problems), err=True)
         raise click.ClickException(f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the rules")
     rule_set = load_rules(list(paths) or None)
@@ -327,23 +317,20 @@ def rules_check(paths: tuple[str, ...]) -> None:
 def rules_test(rules_paths: tuple[str, ...], as_json: bool, file, text: str | None) -> None:
     """Show which gate passed or stopped TEXT, and the memory it would store (nothing is stored).
 
-    With --file, count where the lines stopped, what was captured by type, and which rules decided.
-    """
+    With --file, count where the lines stopped, what was captured by type, and which rules decided."""
     if (file is None) == (text is None):
         raise click.UsageError("give TEXT or --file FILE (one of them)")
     funnel = _funnel(rules_paths)
     if file is not None:
-        _rules_test_file(funnel, file, as_json)
-        return
+        return _rules_test_file(funnel, file, as_json)
     result = funnel.process(text)
-    forget_info = {"scope": result.forget_scope, "match": result.forget_match} if result.stage == "forget" else None
+    forget = {"scope": result.forget_scope, "match": result.forget_match} if result.stage == "forget" else None
     lines = [f"{gate:<10} {outcome}" for gate, outcome in result.trace] + [f"result     {result.stage}"]
     lines += [f"memory     type={c.type} key={c.key} polarity={c.polarity:+d} summary={c.content}"
               for c in result.candidates]
-    if forget_info is not None:
-        lines.append(f"forget     scope={result.forget_scope} match={result.forget_match or '-'}")
+    lines += [f"forget     scope={result.forget_scope} match={result.forget_match or '-'}"] if forget else []
     _echo(as_json, {"stage": result.stage, "trace": result.trace,
-                    "candidates": [c.as_dict() for c in result.candidates], "forget": forget_info}, lines)
+                    "candidates": [c.as_dict() for c in result.candidates], "forget": forget}, lines)
 
 
 def _rules_test_file(funnel: Funnel, file, as_json: bool) -> None:

@@ -7,8 +7,6 @@ server (Ollama, the llama.cpp server, vLLM) as a base URL such as ``http://127.0
 full ``.../chat/completions`` (unset: no compressor; no proxies: it is meant to be local);
 ``MEMO_COMPRESSOR_MODEL``; ``MEMO_COMPRESSOR_TIMEOUT``, seconds for the whole call; ``MEMO_COMPRESSOR_API_KEY``."""
 
-from __future__ import annotations
-
 import http.client
 import json
 import logging
@@ -140,13 +138,10 @@ class Compressor:
             raise ValueError(f"the compressor URL must be http(s)://host[:port][/path], not {url!r}")
         if not url.endswith("/chat/completions"):
             url += "/chat/completions" if url.endswith("/v1") else "/v1/chat/completions"
-        self.endpoint = url
-        self.model = model
-        self.timeout = timeout
-        self.api_key = api_key
+        self.endpoint, self.model, self.timeout, self.api_key = url, model, timeout, api_key
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Compressor | None:
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "Compressor | None":
         """The compressor ``MEMO_COMPRESSOR_*`` describe, or None when ``MEMO_COMPRESSOR_URL`` is unset."""
         url = (environ.get("MEMO_COMPRESSOR_URL") or "").strip()
         if not url:

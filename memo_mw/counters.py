@@ -1,10 +1,7 @@
 """Topic counters: how many of a user's messages touched each topic (:func:`count_keys`), per ISO
 week. The weekly insights (:mod:`memo_mw.insights`) are made from these counts, never from chat text.
 The web process adds them up in memory and sends them as one ``count_topics`` job every
-:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O.
-"""
-
-from __future__ import annotations
+:data:`~memo_mw.defaults.COUNTS_SEND_INTERVAL` seconds, so counting costs a request no I/O."""
 
 import datetime
 from collections.abc import Iterable
@@ -29,7 +26,6 @@ def week_of(ts: float) -> str:
 
 
 def script_of(text: str) -> str:
-    """``zh`` for a text with a Han character, else ``en``."""
     return "en" if text.isascii() or not _HAN.search(text, concurrent=False) else "zh"
 
 
@@ -41,7 +37,7 @@ def count_keys(topics: Iterable[str], text: str) -> list[str]:
     return [*topics, *pairs, f"@{script_of(text)}"]
 
 
-def add(store: Store, user_id: str, counts: dict[tuple[str, str], int]) -> int:
+def add(store: "Store", user_id: str, counts: dict[tuple[str, str], int]) -> int:
     """Add ``(week, name): n`` counts to the user's rows of ``topic_counts``, in one transaction."""
     if not counts:
         return 0
@@ -53,7 +49,6 @@ def add(store: Store, user_id: str, counts: dict[tuple[str, str], int]) -> int:
     return len(counts)
 
 
-def rows(store: Store, user_id: str) -> list[dict[str, Any]]:
-    """The user's counts, by week then topic."""
+def rows(store: "Store", user_id: str) -> list[dict[str, Any]]:
     return [{"week": w, "topic": t, "count": n} for w, t, n in store.db.execute(
         "select week, topic, count from topic_counts where user_id = ? order by week, topic", [user_id])]

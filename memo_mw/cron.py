@@ -5,10 +5,7 @@
 ``maintain`` runs every ``MEMO_MAINTAIN_INTERVAL`` seconds, the first at start; ``insights`` by the
 cron string ``MEMO_INSIGHTS_CRON`` (local time), or every ``MEMO_INSIGHTS_INTERVAL`` seconds. Both go
 on the ``MEMO_QUEUE`` queue as JSON jobs on ``MEMO_DB``, which ``memo-mw worker`` runs. Not ``rq cron``:
-rq 3.0's enqueues with pickle, which the JSON worker cannot read; rq's ``CronJob`` still decides when.
-"""
-
-from __future__ import annotations
+rq 3.0's enqueues with pickle, which the JSON worker cannot read; rq's ``CronJob`` still decides when."""
 
 import datetime
 import os

@@ -3,8 +3,6 @@ The bot needs no language model: it answers with what the middleware recalled fo
 ``OPENAI_BASE_URL`` set (and ``OPENAI_MODEL``, ``OPENAI_API_KEY`` as that server needs), asks that
 OpenAI-compatible server, and answers from memory if the call fails."""
 
-from __future__ import annotations
-
 import json
 import logging
 import os
@@ -54,8 +52,7 @@ def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any
         if reply is None:
             lines = [_ACK[stage]] if stage in _ACK else []
             if memories:
-                lines.append("Here is what I remember that may matter now:")
-                lines.extend(f"- {m['content']}" for m in memories)
+                lines += ["Here is what I remember that may matter now:", *(f"- {m['content']}" for m in memories)]
             elif stage not in _ACK:
                 lines.append("I don't remember anything relevant yet. Tell me what you like, or how I should answer.")
             reply = "\n".join(lines)

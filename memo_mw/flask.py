@@ -4,8 +4,6 @@
     memo = Memo(app)            # or: memo = Memo(); memo.init_app(app)
 """
 
-from __future__ import annotations
-
 import logging
 import os
 import types

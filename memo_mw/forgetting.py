@@ -1,9 +1,6 @@
 """What a forget request names, and which statements were said before it (pure functions, no I/O).
 A statement said before the request may still wait (in Redis, the spool, a retry): the request leaves a
-*marker*, its times and one-way hashes of its words, that recall, the jobs and the store check.
-"""
-
-from __future__ import annotations
+*marker*, its times and one-way hashes of its words, that recall, the jobs and the store check."""
 
 import hashlib
 import json

@@ -6,8 +6,6 @@ from chat text. Recall shows the first lines, in the user's language, in the blo
     经常问到 rust（异步、类型系统）：4 周内 12 条消息，2026-W40 至 2026-W47；置信度：高
 """
 
-from __future__ import annotations
-
 import collections
 from typing import Any
 
@@ -57,10 +55,8 @@ def label(topic: str, language: str) -> str:
 
 
 def confidence(count: int, weeks: int) -> str:
-    for name, least_count, least_weeks in defaults.INSIGHTS_CONFIDENCE:
-        if count >= least_count and weeks >= least_weeks:
-            return name
-    return "low"
+    return next((name for name, least_count, least_weeks in defaults.INSIGHTS_CONFIDENCE
+                 if count >= least_count and weeks >= least_weeks), "low")
 
 
 def _week(memory: dict[str, Any]) -> str:
@@ -72,8 +68,7 @@ def build(count_rows: list[dict[str, Any]], memories: list[dict[str, Any]], *,
     """The insight lines for one user from their counts (``{"week", "topic", "count"}``) and
     active memories, best first. Pure: no I/O."""
     counted, remembered, scripts = collections.Counter(), collections.Counter(), collections.Counter()
-    weeks: dict[str, set[str]] = collections.defaultdict(set)
-    memory_weeks: dict[str, set[str]] = collections.defaultdict(set)
+    weeks, memory_weeks = collections.defaultdict(set), collections.defaultdict(set)
     pairs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for row in count_rows:
         topic, n = row["topic"], int(row["count"])
@@ -169,6 +164,5 @@ def run_all(store: Store, *, now: float) -> dict[str, int]:
 
 
 def read(store: Store, user_id: str) -> list[dict[str, Any]]:
-    """The user's stored insights, best first."""
     return [dict(zip(_COLUMNS, row)) for row in store.db.execute(
         f"select {', '.join(_COLUMNS)} from insights where user_id = ? order by rank", [user_id])]

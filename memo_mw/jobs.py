@@ -2,10 +2,7 @@
 
 Arguments are plain JSON values, the database path among them: the worker needs only this module
 and the file. Every job is idempotent: ``remember`` records its job key; ``forget``, ``maintain``,
-``insights`` are safe to repeat; a repeated ``touch`` or ``count_topics`` only nudges a ranking.
-"""
-
-from __future__ import annotations
+``insights`` are safe to repeat; a repeated ``touch`` or ``count_topics`` only nudges a ranking."""
 
 import logging
 import time
@@ -53,11 +50,9 @@ def remember(db: str, payload: dict[str, Any]) -> list[str]:
         for each in payloads:
             state.drop_pending(each["user_id"], [each["job_key"]])
     if batch:
-        queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
         with current.connection.pipeline() as pipe:
             for job in batch:
-                queue.remove(job, pipeline=pipe)
-                job.delete(pipeline=pipe)
+                job.delete(pipeline=pipe)  # (which takes it off its queue too)
             pipe.execute()
     return results[0]
 
@@ -77,7 +72,6 @@ def _waiting_batch(current: Any, db: str) -> list[Any]:
 
 
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
-    """Count a recall of these memories: ``hits + 1`` and ``last_accessed = ts``."""
     with Store(db) as store:
         return store.touch(user_id, ids, ts)
 
@@ -91,8 +85,7 @@ def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "use
     current = get_current_job()
     if current is not None:
         queue = Queue(current.origin, connection=current.connection, serializer=current.serializer)
-        changed = forget_waiting(queue, user_id, forget_marker(match, ts, received))
-        if changed:
+        if changed := forget_waiting(queue, user_id, forget_marker(match, ts, received)):
             log.info("memo-mw: a forget request changed %d waiting capture jobs", changed)
     return count
 
@@ -125,9 +118,8 @@ def count_topics(db: str, counts: dict[str, dict[str, int]], at: float) -> int:
     added = 0
     with Store(db) as store:
         for user_id, noted in counts.items():
-            forgot = store.db.execute("select 1 from forget_markers where user_id = ? and tokens is null"
-                                      " and coalesce(server_at, at) >= ?", [user_id, at]).fetchone()
-            if not forgot:
+            if not store.db.execute("select 1 from forget_markers where user_id = ? and tokens is null"
+                                    " and coalesce(server_at, at) >= ?", [user_id, at]).fetchone():
                 added += counters.add(store, user_id, {tuple(k.split("|", 1)): n for k, n in noted.items()})
     return added
 

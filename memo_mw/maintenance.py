@@ -3,8 +3,6 @@ maintain``, idempotent at a given ``now``: an expired task waits as ``pending_co
 once more, saying it again confirms it) and is deleted, audited, if still unconfirmed at ``remove_at``;
 of two active memories on one key with opposite polarity (racing workers, an import), the newer stays."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from . import defaults
@@ -13,16 +11,15 @@ from .store import ACTIVE, PENDING_CONFIRM, Store
 
 def maintain(store: Store, *, now: int, confirm_days: float = defaults.CONFIRM_DAYS) -> dict[str, int]:
     """Apply expiry, removal and consistency to every user; return how many memories each step changed."""
-    db = store.db
     with store.write():
-        expired = db.execute(
+        expired = store.db.execute(
             "update memories set status = ?, active = 0, remove_at = ?, confirm_shown_at = null, updated_at = ? "
             "where status = ? and expires_at is not null and expires_at <= ?",
             [PENDING_CONFIRM, int(now + confirm_days * 86400), now, ACTIVE, now]).rowcount
         resolved = _resolve_contradictions(store, now)
     removed = 0
-    due = db.execute("select distinct user_id from memories where status = ? and remove_at <= ? order by 1",
-                     [PENDING_CONFIRM, now]).fetchall()
+    due = store.db.execute("select distinct user_id from memories where status = ? and remove_at <= ? order by 1",
+                           [PENDING_CONFIRM, now]).fetchall()
     for (user_id,) in due:
         ids = [m["id"] for m in store.rows("where user_id = ? and status = ? and remove_at <= ?",
                                           [user_id, PENDING_CONFIRM, now])]

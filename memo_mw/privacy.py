@@ -7,8 +7,6 @@ Stated passwords, PINs, codes, keys and tokens, known key shapes and long random
 a value is masked once, by the most specific rule; digit runs that are none of these (order numbers,
 years, prices) stay. Masking is idempotent: the placeholders match no pattern."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import regex
@@ -172,18 +170,9 @@ def is_cn_id(number: str) -> bool:
 
 
 def luhn_ok(digits: str) -> bool:
-    """True when the digit string passes the Luhn check."""
-    total = 0
-    for i, d in enumerate(reversed(digits)):
-        n = int(d)
-        if i % 2:
-            n = n * 2 - 9 if n > 4 else n * 2
-        total += n
-    return total % 10 == 0
-
-
-def _id(match: regex.Match) -> str:
-    return "[id]" if is_cn_id(match.group()) else match.group()
+    """The Luhn check: from the right, every second digit doubled (its digits added up)."""
+    doubled = (sum(divmod(2 * int(d), 10)) for d in digits[-2::-2])
+    return (sum(map(int, digits[::-2])) + sum(doubled)) % 10 == 0
 
 
 def _card(match: regex.Match) -> str:
@@ -203,14 +192,10 @@ def _card(match: regex.Match) -> str:
 def _random(match: regex.Match) -> str:
     run = match.group()
     chars = set(run.rstrip("="))
-    digit = any(c.isdigit() for c in chars)
-    lower = any(c.islower() for c in chars)
-    upper = any(c.isupper() for c in chars)
+    digit, lower, upper = (any(map(test, chars)) for test in (str.isdigit, str.islower, str.isupper))
     # Hex may come in dashed groups (a UUID); it needs 32 hex digits.
     hex_run = chars - {"-"} <= _HEX and len(run) - run.count("-") >= 32
-    if digit and (lower or upper) and hex_run or digit and lower and upper:
-        return "[secret]"
-    return run
+    return "[secret]" if digit and (lower or upper) and hex_run or digit and lower and upper else run
 
 
 def _landline(match: regex.Match) -> str:
@@ -238,7 +223,7 @@ _MASKS: tuple[tuple[regex.Pattern, str | Callable[[regex.Match], str]], ...] = (
     (_BEARER, r"\g<head>[secret]"),
     (_EMAIL, "[email]"),
     (_RUN, _random),
-    (_CN_ID, _id),
+    (_CN_ID, lambda match: "[id]" if is_cn_id(match.group()) else match.group()),
     (_CN_MOBILE, "[phone]"),
     (_CARD, _card),
     (_INTL_PHONE, _intl_phone),

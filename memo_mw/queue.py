@@ -1,10 +1,7 @@
 """Where the middleware sends work: rq on Redis, or a thread in this process (embedded mode). Both take
 ``enqueue(func, args, job_id=, user_id=, pending=)``; with Redis the job and the pending payload go in one
 MULTI/EXEC, jobs wait in the spool (:mod:`memo_mw.spool`) while Redis is down and one thread sends them
-once it answers; a job neither takes is logged with the user id and counted in ``stats["lost"]``.
-"""
-
-from __future__ import annotations
+once it answers; a job neither takes is logged with the user id and counted in ``stats["lost"]``."""
 
 import collections
 import logging
@@ -35,10 +32,6 @@ COUNT_TOPICS = "memo_mw.jobs.count_topics"
 #: database locked by another writer is free again in seconds; a broken one needs a person.
 RETRY_INTERVALS = (5, 60, 600)
 
-#: What an unreachable, hung or refusing Redis raises (a refused write is a ResponseError).
-REDIS_ERRORS = (redis.RedisError, OSError)
-
-
 class Counters(collections.Counter):
     """A queue's ``stats``: counts kept by several threads (requests, the spool's), so under a lock."""
 
@@ -55,8 +48,7 @@ class RedisQueue:
     """rq on Redis, with the spool while Redis is down.
 
     :param retry_intervals: seconds before each retry of a failed job (as many retries).
-    :param spool_interval: seconds between the spool thread's tries while Redis is down.
-    """
+    :param spool_interval: seconds between the spool thread's tries while Redis is down."""
 
     def __init__(self, url: str, *, name: str = defaults.QUEUE_NAME, spool: str,
                  timeout: float = defaults.REDIS_TIMEOUT, cooldown: float = defaults.REDIS_COOLDOWN,
@@ -67,8 +59,7 @@ class RedisQueue:
         #: After a failure, requests skip Redis for ``cooldown`` seconds instead of waiting on it.
         self.breaker = CircuitBreaker(cooldown=cooldown)
         self.state = RedisState(self.connection, name, self.breaker)
-        self.spool = Spool(spool)
-        self.spool_interval = spool_interval
+        self.spool, self.spool_interval = Spool(spool), spool_interval
         intervals = list(retry_intervals)
         self.retry = Retry(max=len(intervals), interval=intervals) if intervals else None
         #: ``spooled``, ``sent_from_spool``, ``lost``: jobs by where they went.
@@ -117,8 +108,7 @@ class RedisQueue:
     def close(self, timeout: float = 5.0) -> None:
         """Stop the spool thread (a clean shutdown, tests); its jobs wait in the spool file for the next process."""
         self._closing.set()
-        drainer = self._drainer
-        if drainer is not None:
+        if (drainer := self._drainer) is not None:
             drainer.join(timeout)
         self._drainer = None
 
@@ -134,7 +124,7 @@ class RedisQueue:
                     if job["pending"]:
                         self.state.put_pending(job["user_id"], job["pending"], pipe=pipe)
                 pipe.execute()
-        except REDIS_ERRORS as exc:
+        except (redis.RedisError, OSError) as exc:  # unreachable, hung, or refusing the write (ResponseError)
             self.breaker.failure()
             log.warning("memo-mw: Redis did not take %d job(s): %s", len(jobs), exc)
             return False
@@ -191,9 +181,7 @@ class LocalQueue:
         """Wait until every job enqueued so far has run (tests, the CLI, a clean shutdown)."""
         self._jobs.join()
 
-    def close(self) -> None:
-        """Let the jobs enqueued so far finish (as RedisQueue.close stops its spool thread)."""
-        self.join()
+    close = join  # a clean shutdown lets the jobs enqueued so far finish (RedisQueue.close stops its spool thread)
 
     def _run(self) -> None:
         while True:

@@ -3,10 +3,7 @@ Candidates come from :meth:`memo_mw.store.Store.search` and the pending statemen
 forget request names; one :func:`score` ranks them: ``0.7 relevance + 0.1 recency + 0.2 hotness`` with
 ``recency = exp(-0.01 days since last use)`` and ``hotness = log(1 + hits) / log(1 + max hits)``.
 Relevance is a weighted token overlap plus a share for a common topic; style memories and an expired
-task's request for confirmation are always in; the top ``k`` fit a character budget.
-"""
-
-from __future__ import annotations
+task's request for confirmation are always in; the top ``k`` fit a character budget."""
 
 import contextlib
 import math
@@ -36,9 +33,7 @@ class RecallConfig:
     w_recency: float = defaults.WEIGHT_RECENCY
     w_hotness: float = defaults.WEIGHT_HOTNESS
     decay: float = defaults.RECENCY_DECAY
-    #: Relevance a shared topic adds (capped at 1).
     w_topic: float = defaults.WEIGHT_TOPIC
-    #: Hits at which hotness is full: one restatement must not make a memory the "hottest".
     hotness_full: int = defaults.HOTNESS_FULL
 
 
@@ -61,8 +56,6 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
     a memory's topics when stored without them; ``recall_all``: the message asks for every memory."""
     memories = [m for m in memories if m.get("status") == "pending_confirm"
                 or m.get("expires_at") is None or m["expires_at"] > now]  # (an expired one: only to confirm)
-    if not memories:
-        return []
     # At least 1: with no hits anywhere and hotness_full 0, the scale would be log(1) = 0.
     max_hits = max(1, config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
     scored = []
@@ -99,17 +92,13 @@ class Recaller:
     gives a message's tokens and topics and tells a question about everything remembered."""
 
     def __init__(self, db: str, funnel: Any, config: RecallConfig = RecallConfig()):
-        self.db = db
-        self.funnel = funnel
-        self.config = config
+        self.db, self.funnel, self.config = db, funnel, config
         self._local = threading.local()
 
     @contextlib.contextmanager
     def store(self) -> Iterator[Store]:
         """This thread's read-only store; a failed one is closed, and the next read opens the file anew."""
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = self._local.store = Store(self.db, readonly=True)
+        store = self._local.store = getattr(self._local, "store", None) or Store(self.db, readonly=True)
         try:
             yield store
         except Exception:
@@ -123,8 +112,7 @@ class Recaller:
         """Top memories for the message, stored and pending, as this request may see them.
         ``analysis``: the message's ``funnel.topics.analyse()``, when the caller has it already."""
         now = time.time() if now is None else now
-        if recall_all is None:
-            recall_all = self.funnel.is_recall_all(message)
+        recall_all = self.funnel.is_recall_all(message) if recall_all is None else recall_all
         query_tokens, query_topics = analysis or self.funnel.topics.analyse(message)
         with self.store() as store:
             words = set(query_tokens) | {f"topic:{t}" for t in query_topics}
@@ -158,13 +146,9 @@ def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, 
     """Stored memories as this request sees them: pending statements merged in, what a recent
     forget request names left out, expired ones already asked about left out."""
     stored_forgets = [f for f in state.forgets if not f.get("pending_only")]
-    if stored_forgets:
-        memories = [m for m in memories if not forgotten(m, stored_forgets)]
-    if state.pending:
-        memories = merge_pending(memories, [without_forgotten(p, list(state.forgets)) for p in state.pending])
-    if state.shown:
-        memories = [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
-    return memories
+    memories = [m for m in memories if not forgotten(m, stored_forgets)]
+    memories = merge_pending(memories, [without_forgotten(p, list(state.forgets)) for p in state.pending])
+    return [m for m in memories if not (m.get("status") == "pending_confirm" and m["id"] in state.shown)]
 
 
 def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:

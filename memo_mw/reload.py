@@ -1,8 +1,6 @@
 """Rules that reload when their files change, without a restart (docs/rules.md, "Reloading without a
 restart"): rules that do not pass ``memo-mw rules check`` are not used, and the last good rules stay."""
 
-from __future__ import annotations
-
 import logging
 import os
 import threading
@@ -37,7 +35,7 @@ def files_signature(paths: str | Sequence[str] | None) -> tuple:
 
 def make_funnel(rules: str | Sequence[str] | RuleSet | None, *,
                 reload_interval: float | None = defaults.RULES_RELOAD_INTERVAL,
-                clock: Callable[[], float] = time.monotonic) -> Funnel | ReloadingFunnel:
+                clock: Callable[[], float] = time.monotonic) -> "Funnel | ReloadingFunnel":
     """The funnel for the middleware: watching its files unless given a RuleSet or no interval.
     Raises :class:`RulesError` when the rules cannot be loaded at start-up (no last good rules)."""
     if isinstance(rules, RuleSet):
@@ -53,10 +51,7 @@ class ReloadingFunnel:
 
     def __init__(self, paths: str | Sequence[str] | None, *, interval: float = defaults.RULES_RELOAD_INTERVAL,
                  clock: Callable[[], float] = time.monotonic, timeout: float = defaults.REGEX_TIMEOUT):
-        self.paths = paths
-        self.interval = interval
-        self.clock = clock
-        self.timeout = timeout
+        self.paths, self.interval, self.clock, self.timeout = paths, interval, clock, timeout
         self.reloads = 0  # how many times new rules replaced the old ones
         # Taken before loading: a change made while loading is seen at the next look.
         self._signature = files_signature(paths)
@@ -87,8 +82,7 @@ class ReloadingFunnel:
             return
         try:
             self._looked_at = self.clock()
-            signature = files_signature(self.paths)
-            if signature not in (self._signature, self._rejected):
+            if (signature := files_signature(self.paths)) not in (self._signature, self._rejected):
                 self._reload(signature)
         finally:
             self._looking.release()

@@ -2,10 +2,7 @@
 
 Each spooled job is the enqueue call as it would have been made, so sending it later is the same
 call; it is removed only after Redis took it (a job id makes a second send harmless). Several
-processes may share one spool file; SQLite serialises them.
-"""
-
-from __future__ import annotations
+processes may share one spool file; SQLite serialises them."""
 
 import contextlib
 import json
@@ -67,8 +64,8 @@ class Spool:
         with self._connect(create=False) as conn:
             if conn is None:
                 return 0
-            conn.execute("begin immediate")
-            try:
+            with conn:  # committed at the end, rolled back on an error
+                conn.execute("begin immediate")
                 for i, text in conn.execute("select id, job from jobs").fetchall():
                     job = json.loads(text)
                     new = change(job)
@@ -77,10 +74,6 @@ class Spool:
                     elif new != job:
                         conn.execute("update jobs set job = ? where id = ?", [json.dumps(new, ensure_ascii=False), i])
                     changed += new != job
-            except BaseException:
-                conn.execute("rollback")
-                raise
-            conn.execute("commit")
         return changed
 
     def __len__(self) -> int:

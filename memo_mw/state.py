@@ -1,11 +1,7 @@
-"""Short-lived per-user state between a request and the jobs it queued (at most PENDING_TTL seconds):
-**pending** payloads not stored yet (recall merges them in: read-your-own-writes), recent **forget**
-markers (recall hides what they name until the forget job has run), and the expired memories recall
-has **shown** once. :class:`RedisState` (one hash per user, one round trip) and :class:`LocalState`
-(a dict, embedded mode) share one interface.
-"""
-
-from __future__ import annotations
+"""Short-lived per-user state between a request and the jobs it queued (at most PENDING_TTL seconds): **pending**
+payloads not stored yet (recall merges them in: read-your-own-writes), recent **forget** markers (recall hides
+what they name until the forget job has run), and the expired memories recall has **shown** once.
+:class:`RedisState` (one hash per user, one round trip) and :class:`LocalState` (a dict) share one interface."""
 
 import json
 import threading
@@ -46,9 +42,7 @@ class RedisState:
     is skipped after a failure does not wait on it: a read finds no state, a write raises."""
 
     def __init__(self, connection: Any, namespace: str = defaults.QUEUE_NAME, breaker: Any = None):
-        self.connection = connection
-        self.namespace = namespace
-        self.breaker = breaker
+        self.connection, self.namespace, self.breaker = connection, namespace, breaker
         self._replace = connection.register_script(_REPLACE_PENDING)
 
     def key(self, user_id: str) -> str:
@@ -63,8 +57,7 @@ class RedisState:
         self._write(user_id, {"p:" + payload["job_key"]: json.dumps(payload)}, pipe)
 
     def drop_pending(self, user_id: str, job_keys: Iterable[str]) -> None:
-        fields = ["p:" + k for k in job_keys]
-        if fields:
+        if fields := ["p:" + k for k in job_keys]:
             self._guarded(lambda: self.connection.hdel(self.key(user_id), *fields))
 
     def add_forget(self, user_id: str, marker: dict[str, Any]) -> None:
@@ -77,8 +70,7 @@ class RedisState:
                     "p:" + payload["job_key"], json.dumps(kept) if kept["candidates"] else ""]))
 
     def add_shown(self, user_id: str, ids: Iterable[int]) -> None:
-        fields = {f"s:{int(i)}": 1 for i in ids}
-        if fields:  # HSET takes at least one field: nothing shown is nothing to write
+        if fields := {f"s:{int(i)}": 1 for i in ids}:  # HSET takes at least one field
             self._write(user_id, fields)
 
     def _write(self, user_id: str, fields: dict[str, Any], pipe: Any = None) -> None:

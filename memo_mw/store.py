@@ -2,8 +2,7 @@
 (``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``).
 
 Jobs, the memories page and the CLI write; the chat request only reads (WAL mode). Index terms are hashed with
-the user id; forgetting is physical (docs/design.md, "The store").
-"""
+the user id; forgetting is physical (docs/design.md, "The store")."""
 
 from __future__ import annotations
 
@@ -178,7 +177,6 @@ class Store(contextlib.AbstractContextManager):
         return found
 
     def list(self, user_id: str | None = None, *, include_inactive: bool = False) -> list[dict[str, Any]]:
-        """Memories of one user (or of everyone), oldest first; active ones only unless asked."""
         where = [w for w, on in (("user_id = ?", user_id is not None), ("active = 1", not include_inactive)) if on]
         return self.rows(("where " + " and ".join(where) if where else "") + " order by id",
                          [user_id] if user_id is not None else [])
@@ -251,7 +249,7 @@ class Store(contextlib.AbstractContextManager):
                               [user_id, candidate["key"], PENDING_CONFIRM])
         for row in same_slot:
             if row["polarity"] == candidate["polarity"] and normalize(row["content"]) == normalize(candidate["content"]):
-                self._update(row["id"], {
+                self.update(row["id"], {
                     "status": ACTIVE, "active": 1, "confirm_shown_at": None, "remove_at": None,
                     "hits": row["hits"] + 1, "excerpt": candidate["excerpt"], "updated_at": ts,
                     "confidence": round(min(1.0, max(row["confidence"] or 0, candidate["confidence"])
@@ -272,8 +270,7 @@ class Store(contextlib.AbstractContextManager):
         new_id = self.db.execute(f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
                                  list(values.values())).lastrowid
         # The newer statement on the slot wins, whichever job runs last (a retry, a spooled job).
-        newer = [row for row in same_slot if (row["source_ts"] or 0) > ts]
-        if newer:
+        if newer := [row for row in same_slot if (row["source_ts"] or 0) > ts]:
             self.supersede(new_id, newer[-1]["id"], ts)
             return "outdated"
         for row in same_slot:
@@ -282,9 +279,9 @@ class Store(contextlib.AbstractContextManager):
 
     def supersede(self, old_id: int, new_id: int | None, ts: int) -> None:
         """Make a memory inactive in favour of a newer one (kept, with the source of the change)."""
-        self._update(old_id, {"status": SUPERSEDED, "active": 0, "superseded_by": new_id, "updated_at": int(ts)})
+        self.update(old_id, {"status": SUPERSEDED, "active": 0, "superseded_by": new_id, "updated_at": int(ts)})
 
-    def _update(self, memory_id: int, values: dict[str, Any]) -> None:
+    def update(self, memory_id: int, values: dict[str, Any]) -> None:
         assignments = ", ".join(f"{name} = ?" for name in values)
         self.db.execute(f"update memories set {assignments} where id = ?", [*values.values(), memory_id])
 
@@ -295,23 +292,22 @@ class Store(contextlib.AbstractContextManager):
             memory = self.get(user_id, memory_id)
             if memory is None:
                 return None
-            self._update(memory_id, {"content": content, "updated_at": int(at),
+            self.update(memory_id, {"content": content, "updated_at": int(at),
                                      **indexed(user_id, content, memory["key"], memory["topics"])})
             self.db.execute("delete from edit_markers where at < ?", [at - defaults.FORGET_MARKER_DAYS * 86400])
             self.db.execute("insert into edit_markers values (?, ?, ?)", [user_id, slot_hash(memory["key"]), at])
         self.vacuum_deleted()  # the old wording leaves the files too (skipped inside a caller's transaction)
         return self.get(user_id, memory_id)
 
-    def touch(self, user_id: str, counts: dict[int, int] | Iterable[int], ts: int) -> int:
-        """Count recalls (``id: times``, or ids recalled once each); an expired memory awaiting
-        confirmation was shown its once. Returns how many memories were updated."""
-        counts = dict(counts) if isinstance(counts, dict) else {int(i): 1 for i in counts}
+    def touch(self, user_id: str, ids: Iterable[int], ts: int) -> int:
+        """Count a recall of these memories; an expired one awaiting confirmation was shown its once.
+        Returns how many memories were updated."""
         with self.write():
             return self.db.executemany(
-                "update memories set hits = hits + ?, last_accessed = max(coalesce(last_accessed, 0), ?),"
+                "update memories set hits = hits + 1, last_accessed = max(coalesce(last_accessed, 0), ?),"
                 " confirm_shown_at = case when status = ? then coalesce(confirm_shown_at, ?) end"
                 " where user_id = ? and id = ?",
-                [(int(n), int(ts), PENDING_CONFIRM, int(ts), user_id, int(i)) for i, n in counts.items()]).rowcount
+                [(int(ts), PENDING_CONFIRM, int(ts), user_id, i) for i in {int(i) for i in ids}]).rowcount
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str,
                at: float | None = None, now: bool = False) -> int:

@@ -1,9 +1,6 @@
-"""Topic tags from the rules' lexicons: "What should I cook for lunch?" and "doesn't eat pork" share
-no word, but both are about ``food``, and recall counts a shared topic as relevance. A Chinese entry
-matches anywhere in the text; an English word as a word, stemmed as :func:`memo_mw.text.tokens` stems;
-an English phrase as a run of whole words."""
-
-from __future__ import annotations
+"""Topic tags from the rules' lexicons: "What should I cook for lunch?" and "doesn't eat pork" share no word,
+but both are about ``food``, and recall counts a shared topic as relevance. A Chinese entry matches anywhere
+in the text; an English word as a word, stemmed as :func:`memo_mw.text.tokens` stems; a phrase as whole words."""
 
 import regex
 
@@ -36,15 +33,12 @@ class TopicTagger:
         self._lengths = sorted({len(s) for s in self._substrings}, reverse=True)
 
     def tag(self, text: str) -> frozenset[str]:
-        """The topics of ``text``."""
         return self.analyse(text)[1]
 
     def analyse(self, text: str) -> tuple[frozenset[str], frozenset[str]]:
         """The text's tokens (:func:`memo_mw.text.tokens`) and its topics, found together."""
         text_tokens = tokens(text)
-        found: set[str] = set()
-        for token in text_tokens:
-            found.update(self._by_stem.get(token, ()))
+        found = {topic for token in text_tokens for topic in self._by_stem.get(token, ())}
         folded = nfkc(text).casefold()
         found.update(self._phrases(_WORDS.findall(folded)))
         if not folded.isascii():  # the substring entries are the non-ASCII ones

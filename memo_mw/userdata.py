@@ -2,8 +2,6 @@
 Every function touches one user's rows only: another user's memory id is the same as one that does
 not exist. Edits are PII-masked; deletions are physical and audited by count, never content."""
 
-from __future__ import annotations
-
 import json
 import logging
 from typing import Any
@@ -38,7 +36,6 @@ def memories(store: Store, user_id: str, *, type: str | None = None, status: str
 
 
 def one_line(text: str) -> str:
-    """NFKC, on one line, spaces collapsed."""
     return " ".join(nfkc(text).split())
 
 
@@ -49,11 +46,10 @@ def clean_content(text: str) -> str:
 
 def edit(store: Store, user_id: str, memory_id: int, content: str, *, at: float, reason: str,
          topics: list[str] | None = None) -> tuple[str, dict[str, Any]] | None:
-    """Replace a memory's line with ``content`` (masked here): ``(outcome, memory)``, or None when the
-    user has no such memory. ``at`` is the server's time: a statement on the old slot read before it
-    and still waiting for its job is not stored. Outcomes: ``unchanged``; ``merged`` into an equal
-    memory, which stays (audit ``edit_merge``); ``edited`` (the excerpt too, so the old wording is
-    kept nowhere; the slot stays while the new line names it)."""
+    """Replace a memory's line with ``content`` (masked here): ``(outcome, memory)``, or None when the user has
+    no such memory. ``at`` is the server's time: a statement on the old slot read before it and still waiting
+    for its job is not stored. Outcomes: ``unchanged``; ``merged`` into an equal memory, which stays (audit
+    ``edit_merge``); ``edited`` (the excerpt too: the old wording is kept nowhere; the slot stays while named)."""
     content = clean_content(content)
     with store.write():
         row = store.get(user_id, memory_id)
@@ -81,10 +77,8 @@ def _rewrite(store: Store, row: dict[str, Any], content: str, topics: list[str] 
     """What Store.edit leaves as it was (the excerpt, the slot, the topics and their index); the audit row."""
     key = row["key"] if normalize(row["key"]) in normalize(content) else memory_key(content)
     topics = row["topics"] if topics is None else sorted(topics)
-    columns = {"excerpt": content, "key": key, "topics": json.dumps(topics),
-               **indexed(row["user_id"], content, key, topics)}
-    store.db.execute(f"update memories set {', '.join(f'{name} = ?' for name in columns)} where id = ?",
-                     [*columns.values(), row["id"]])
+    store.update(row["id"], {"excerpt": content, "key": key, "topics": json.dumps(topics),
+                             **indexed(row["user_id"], content, key, topics)})
     store.db.execute("insert into audit (user_id, action, count, at, reason) values (?, 'edit', 1, ?, ?)",
                      [row["user_id"], ts, reason])
 
@@ -92,11 +86,10 @@ def _rewrite(store: Store, row: dict[str, Any], content: str, topics: list[str] 
 def _merge(store: Store, row: dict[str, Any], duplicate: dict[str, Any], *, ts: int, reason: str) -> None:
     """Fold the edited memory into its equal: confirmed, with the hits and message ids of both."""
     ids = duplicate["source_ids"] + [i for i in row["source_ids"] if i not in duplicate["source_ids"]]
-    store.db.execute(
-        "update memories set status = ?, active = 1, confirm_shown_at = null, remove_at = null, hits = ?,"
-        " confidence = ?, source_ids = ?, updated_at = ? where id = ?",
-        [ACTIVE, duplicate["hits"] + row["hits"] + 1, max(duplicate["confidence"] or 0, row["confidence"] or 0),
-         json.dumps(ids), ts, duplicate["id"]])
+    store.update(duplicate["id"], {
+        "status": ACTIVE, "active": 1, "confirm_shown_at": None, "remove_at": None, "updated_at": ts,
+        "hits": duplicate["hits"] + row["hits"] + 1, "source_ids": json.dumps(ids),
+        "confidence": max(duplicate["confidence"] or 0, row["confidence"] or 0)})
     # Memories the edited one had replaced now point at the one that stays.
     store.db.execute("update memories set superseded_by = ? where user_id = ? and superseded_by = ?",
                      [duplicate["id"], row["user_id"], row["id"]])
@@ -105,13 +98,8 @@ def _merge(store: Store, row: dict[str, Any], duplicate: dict[str, Any], *, ts: 
 
 def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str) -> dict[str, Any] | None:
     """Physically delete one memory of the user (audit ``delete``); the deleted memory, or None."""
-    with store.write():
-        row = store.get(user_id, memory_id)
-        if row is None:
-            return None
-        store.delete(user_id, [memory_id], ts=ts, reason=reason)
-    store.vacuum_deleted()  # skipped inside the transaction above: the old text leaves the files now
-    return row
+    row = store.get(user_id, memory_id)  # (0 deleted: someone else deleted it meanwhile)
+    return row if row is not None and store.delete(user_id, [memory_id], ts=ts, reason=reason) else None
 
 
 def export(store: Store, user_id: str, *, now: int) -> dict[str, Any]:

@@ -167,9 +167,9 @@ def test_touch_counts_only_the_users_own_memories(db):
     with Store(db) as store:
         (mine,), (theirs,) = store.list("u1"), store.list("u2")
         assert jobs.touch(db, "u1", [mine["id"], theirs["id"]], T0 + 900) == 1
-        assert store.touch("u1", {mine["id"]: 3}, T0 + 800) == 1
+        assert store.touch("u1", [mine["id"], mine["id"]], T0 + 800) == 1  # recalled once, counted once
         mine, theirs = store.get("u1", mine["id"]), store.get("u2", theirs["id"])
-    assert (mine["hits"], mine["last_accessed"]) == (4, T0 + 900)  # the latest use stays the latest
+    assert (mine["hits"], mine["last_accessed"]) == (2, T0 + 900)  # the latest use stays the latest
     assert (theirs["hits"], theirs["last_accessed"]) == (0, None)
 
 
