@@ -2,8 +2,6 @@
 computation, no I/O. The stages are in docs/rules.md; a result names the stage where the message
 stopped, and the trace through the gates."""
 
-from __future__ import annotations
-
 import logging
 from dataclasses import asdict, dataclass, field
 

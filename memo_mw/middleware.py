@@ -8,8 +8,6 @@ recalled; ``"memo.block"``, ``"memo.capture"``, ``"memo.profile"`` the block, th
 The request path never writes SQLite; a request on which anything goes wrong reaches the app as it came.
 """
 
-from __future__ import annotations
-
 import dataclasses
 import io
 import json

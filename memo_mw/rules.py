@@ -2,8 +2,6 @@
 problem is reported at load time with its file, line and rule id, so a broken edit is caught at
 start-up, not on the first matching message."""
 
-from __future__ import annotations
-
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace

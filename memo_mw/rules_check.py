@@ -1,8 +1,6 @@
 """The checks of a rule beyond its YAML types: its templates' fields, and its ``examples``, which
 ``memo-mw rules check`` and a reload (:mod:`memo_mw.reload`) run, start-up does not."""
 
-from __future__ import annotations
-
 import string
 from typing import Any
 

@@ -3,8 +3,6 @@ statement is read by its parts, each a plain word list in the YAML: a lead-in, t
 of adverbs (and, for a ``negated`` form, a negation among them), a verb of one class, an object.
 Each verb class becomes an ordinary trigger, so it is tested, explained and gated like any other."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import regex

@@ -2,8 +2,6 @@
 ``__line__`` and ``__lines__``, the line of each key), and the checks of single values, each
 problem reported as ``file:line: rule id: problem``."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import regex

@@ -1,8 +1,6 @@
 """What a matched trigger says: its one-line summary and the memory key (slot) it fills, from the
 rule's ``summary`` and ``key`` templates (docs/rules.md, "Templates and 3sg")."""
 
-from __future__ import annotations
-
 import string
 
 import regex

@@ -2,8 +2,6 @@
 so Latin script gives words (case-folded, lightly stemmed) and CJK text gives overlapping character
 bigrams plus single characters."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import unicodedata
