@@ -117,15 +117,12 @@ class Funnel:
         self._sensitive_message = [g for g in sensitive if g.scope == "message"]
         self._sensitive_sentence = [g for g in sensitive if g.scope == "sentence"]
 
-    def _search(self, rule: Trigger | Gate, text: str) -> regex.Match | None:
-        """A pattern that times out is logged and counts as no match."""
-        return self._search_pattern(rule.pattern, text, f"rule {rule.id} of {rule.source}")
-
-    def _search_pattern(self, pattern: regex.Pattern, text: str, name: str = "a statement opening"
-                        ) -> regex.Match | None:
+    def _search(self, rule: Trigger | Gate | regex.Pattern, text: str) -> regex.Match | None:
+        """A pattern (a rule's, or a statement opening) that times out is logged and counts as no match."""
         try:
-            return pattern.search(text, timeout=self.timeout)
+            return (rule if isinstance(rule, regex.Pattern) else rule.pattern).search(text, timeout=self.timeout)
         except TimeoutError:
+            name = "a statement opening" if isinstance(rule, regex.Pattern) else f"rule {rule.id} of {rule.source}"
             log.warning("memo-mw: %s timed out on a message of %d characters; treated as no match", name, len(text))
             return None
 
@@ -247,7 +244,7 @@ class Funnel:
                 continue
             said = spelled_out(rule_file.contractions, sentence) if rule_file.opening else sentence
             low = lowered(said)
-            opens = rule_file.opening is not None and self._search_pattern(rule_file.opening, low) is not None
+            opens = rule_file.opening is not None and self._search(rule_file.opening, low) is not None
             for trigger in rule_file.triggers:
                 if trigger.statement and not opens:
                     continue

@@ -156,13 +156,8 @@ def expand_paths(paths: str | Sequence[str] | None) -> list[str]:
         return default_rule_paths()
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    out: list[str] = []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            out.extend(str(x) for x in sorted(path.glob("*.yaml")))
-        else:
-            out.append(str(path))
+    out = [str(file) for path in map(Path, paths)
+           for file in (sorted(path.glob("*.yaml")) if path.is_dir() else [path])]
     if not out:
         raise RulesError([f"{', '.join(map(str, paths))}: no rule files found"])
     return out
