@@ -41,6 +41,19 @@ RECALL_CANDIDATES = 50
 PROFILE_RECALL_K = 3
 PROFILE_RECALL_BUDGET_CHARS = 240
 
+#: Chat history: days a user message is kept (set on each message as it is written), and in the
+#: block's [HISTORY] section at most this many past messages, in about this many model tokens, each
+#: cut to this many characters; a message needs this share of the request's (weighted) words; the
+#: current session's last turns are left out (the app has them already).
+HISTORY_DAYS = 90
+HISTORY_K = 3
+HISTORY_BUDGET_TOKENS = 150
+HISTORY_LINE_CHARS = 200
+HISTORY_MIN_MATCH = 0.25
+HISTORY_SKIP_TURNS = 10
+#: Chat history: at most this many messages sharing a word with a request are scored.
+HISTORY_CANDIDATES = 200
+
 #: The RQ queue the middleware enqueues to and ``memo-mw worker`` listens on.
 QUEUE_NAME = "memo"
 #: Seconds to wait for Redis on connect and each command: a request must not hang on a sick Redis.

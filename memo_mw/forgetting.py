@@ -76,12 +76,14 @@ def forgotten(memory: dict[str, Any], markers: list[dict[str, Any]]) -> bool:
 
 
 def without_forgotten(payload: dict[str, Any], markers: list[dict[str, Any]]) -> dict[str, Any]:
-    """The payload less the candidates a later forget request names."""
+    """The payload less the candidates, and the message for the chat history, a later forget request names."""
     if not markers:
         return payload
     said = {"source_ts": payload["ts"], "received": payload.get("received")}
-    kept = [c for c in payload.get("candidates", []) if not forgotten({**c, **said}, markers)]
-    return {**payload, "candidates": kept}
+    kept = {**payload, "candidates": [c for c in payload.get("candidates", []) if not forgotten({**c, **said}, markers)]}
+    if payload.get("history") and forgotten({"content": payload["history"].get("text"), **said}, markers):
+        del kept["history"]
+    return kept
 
 
 def without_slot(payload: dict[str, Any], key: str, at: float) -> dict[str, Any]:

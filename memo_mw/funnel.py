@@ -163,6 +163,15 @@ class Funnel:
         return FunnelResult("forget", candidates=tuple(candidates), forget_scope=gate.scope, forget_match=what,
                             trace=tuple(trace), recall_all=recall_all)
 
+    def history_text(self, message: str) -> str | None:
+        """The message as the chat history keeps it: cleaned, PII masked. None for a forget request
+        and for a message any sentence of which meets a sensitive gate: all of it stays out."""
+        text = mask_pii(self.clean(message or ""))
+        if not text or self._forget_request(text) is not None or self._gate_hit(self._sensitive_message, text):
+            return None
+        sentences = {sentence for _, _, sentence in clauses(text)}
+        return None if any(self._gate_hit(self._sensitive_sentence, s) for s in sentences) else text
+
     def _declined(self, stage: str, text: str, trace: list[tuple[str, str]]) -> str | None:
         """The reason an explicit request to remember is not kept (the gate that stopped it)."""
         if stage == "captured" or not any(self._search(t, text) for t in self.rules.triggers if t.explicit):

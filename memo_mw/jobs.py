@@ -101,9 +101,9 @@ def forget_waiting(queue: Any, user_id: str, marker: dict[str, Any]) -> int:
         if job is None or job.func_name != REMEMBER or len(job.args) < 2 or job.args[1].get("user_id") != user_id:
             continue
         kept = without_forgotten(job.args[1], [marker])
-        if kept["candidates"] == job.args[1].get("candidates"):
+        if kept == job.args[1]:
             continue
-        if kept["candidates"]:
+        if kept["candidates"] or kept.get("history"):
             job.args = [job.args[0], kept]
             job.save()
         else:

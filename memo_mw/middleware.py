@@ -3,8 +3,9 @@
 On each ``POST`` to a chat path with a JSON body it reads the user and the message (:mod:`~memo_mw.adapters`),
 injects the most relevant memories as a block (:mod:`~memo_mw.recall`) and enqueues one job for what the
 funnel kept, or for a forget request (:mod:`~memo_mw.queue`). ``environ["memo.memories"]`` holds the memories
-recalled; ``"memo.block"``, ``"memo.capture"``, ``"memo.profile"`` the block, the funnel's stage, the insights;
-``"memo.declined"`` why an explicit request to remember was not kept.
+recalled; ``"memo.block"``, ``"memo.capture"``, ``"memo.profile"``, ``"memo.history"`` the block, the funnel's
+stage, the insights, the past messages recalled; ``"memo.declined"`` why an explicit request to remember was
+not kept. Each message also goes to the chat history (:mod:`~memo_mw.history`) unless turned off.
 The request path never writes SQLite; a request on which anything goes wrong reaches the app as it came.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 from . import counters, defaults
 from .adapters import Turn, clean_id, header_user, inject, read_turn
 from .forgetting import forget_marker
-from .queue import COUNT_TOPICS, FORGET, REMEMBER, TOUCH, LocalQueue, RedisQueue, make_queue
+from .queue import COUNT_TOPICS, FORGET, REMEMBER, TOUCH, LocalQueue, RedisQueue, make_queue, pending_part
 from .recall import RecallConfig, Recaller, format_block
 from .reload import make_funnel
 from .rules import RuleSet
@@ -37,6 +38,7 @@ ENVIRON_BLOCK = "memo.block"
 ENVIRON_CAPTURE = "memo.capture"
 ENVIRON_PROFILE = "memo.profile"
 ENVIRON_DECLINED = "memo.declined"
+ENVIRON_HISTORY = "memo.history"
 
 GetUser = Callable[[dict, Any], "str | None"]
 
@@ -54,6 +56,10 @@ class MemoryMiddleware:
     :param inject_field: for plain bodies, the field for the block instead of ``message``.
     :param spool: with ``redis_url``, where jobs wait while Redis is down (default ``<db>.spool``).
     :param queue: a queue to use instead of the one ``redis_url`` implies.
+    :param history: keep each user message (masked; never a sensitive one) as chat history, and
+        bring back the few past messages a request is about (``[HISTORY]``).
+    :param history_days: days a message is kept in the history (fixed as it is written).
+    :param history_k: past messages at most in the block.
     :param clock: the current time in epoch seconds (tests and replays).
     """
 
@@ -65,7 +71,8 @@ class MemoryMiddleware:
                  recall_budget: int = defaults.RECALL_BUDGET_CHARS, queue_name: str = defaults.QUEUE_NAME,
                  rules_reload_interval: float | None = defaults.RULES_RELOAD_INTERVAL,
                  spool: str | None = None, queue: RedisQueue | LocalQueue | None = None,
-                 clock: Callable[[], float] = time.time):
+                 history: bool = True, history_days: float = defaults.HISTORY_DAYS,
+                 history_k: int = defaults.HISTORY_K, clock: Callable[[], float] = time.time):
         self.app = app
         # The rule files are looked at by the monotonic clock, or by the clock given (tests, replays).
         self.funnel = make_funnel(rules, reload_interval=rules_reload_interval,
@@ -80,7 +87,9 @@ class MemoryMiddleware:
         self.inject_field = inject_field
         self.queue = queue if queue is not None else make_queue(redis_url, name=queue_name,
                                                                  spool=spool or self.db + ".spool")
-        self.recaller = Recaller(self.db, self.funnel, RecallConfig(k=recall_k, budget=recall_budget))
+        self.recaller = Recaller(self.db, self.funnel, RecallConfig(k=recall_k, budget=recall_budget,
+                                                                    history_k=history_k))
+        self.history, self.history_days = history, history_days
         self.clock = clock
         # Topic counts for the weekly insights, sent as one job every COUNTS_SEND_INTERVAL seconds.
         self._counts: dict[str, dict[str, int]] = {}
@@ -118,6 +127,7 @@ class MemoryMiddleware:
             environ[ENVIRON_MEMORIES] = []
             environ.pop(ENVIRON_BLOCK, None)
             environ.pop(ENVIRON_PROFILE, None)
+            environ.pop(ENVIRON_HISTORY, None)
         environ["wsgi.input"] = io.BytesIO(raw if new_raw is None else new_raw)
         environ["CONTENT_LENGTH"] = content_length if new_raw is None else str(len(new_raw))
 
@@ -176,15 +186,29 @@ class MemoryMiddleware:
         if forget:
             state = self._note_forget(user_id, forget_marker(result.forget_match, ts, now), state)
         new_raw = self._inject(environ, body, turn, user_id, state, result, now, analysis)
+        said = self._history_text(user_id, turn.message, result)
         if forget:
             self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request", now], user_id,
                           job_id="memo-forget-" + stable_id(user_id, result.forget_match or "", int(ts)))
-        if result is not None and result.candidates:
+        if result is not None and (result.candidates or said):
             # Said with a forget request ("forget that I play tennis, I like golf now"): after it.
             received = now + 0.001 if forget else now
-            payload = remember_payload(result, user_id=user_id, turn=turn, ts=ts, received=received)
-            self._enqueue(REMEMBER, [self.db, payload], user_id, job_id=payload["job_key"], pending=payload)
+            payload = remember_payload(result, user_id=user_id, turn=turn, ts=ts, received=received,
+                                       history={"text": said, "days": self.history_days} if said else None)
+            self._enqueue(REMEMBER, [self.db, payload], user_id, job_id=payload["job_key"],
+                          pending=pending_part(payload))
         return new_raw
+
+    def _history_text(self, user_id: str, message: str, result: Any) -> str | None:
+        """The message as the chat history keeps it, or None: history off (here or by the user), a
+        forget request, a sensitive message, or a fault (the chat goes on without it)."""
+        if not self.history or result is None or result.stage in ("forget", "sensitive"):
+            return None
+        try:
+            return self.funnel.history_text(message) if self.recaller.history_enabled(user_id) else None
+        except Exception:
+            log.exception("memo-mw: could not prepare the message for the chat history")
+            return None
 
     def _inject(self, environ: dict, body: Any, turn: Turn, user_id: str, state: UserState, result: Any,
                 now: float, analysis: tuple) -> bytes | None:
@@ -192,13 +216,15 @@ class MemoryMiddleware:
         try:
             memories = self.recaller.recall(user_id, turn.message, now=now, state=state, analysis=analysis,
                                             recall_all=result.recall_all if result is not None else None)
+            past = self.recaller.history(user_id, turn.message, now=now, session_id=turn.session_id, state=state,
+                                         memories=memories, analysis=analysis) if self.history else []
             profile = self.recaller.profile(user_id, state)
         except Exception:  # e.g. the database became unreadable: no memories, the capture still goes
             log.exception("memo-mw: recall failed; request passed through without memories")
             return None
-        if not memories and not profile:
+        if not memories and not profile and not past:
             return None
-        block = format_block(memories, profile)
+        block = format_block(memories, profile, past)
         # The new body first: the environ, the hit counts and the "asked once" mark are for a
         # block the app does get.
         new_raw = json_utf8(inject(body, turn, block, field=self.inject_field))
@@ -206,6 +232,8 @@ class MemoryMiddleware:
         environ[ENVIRON_BLOCK] = block
         if profile:
             environ[ENVIRON_PROFILE] = profile
+        if past:
+            environ[ENVIRON_HISTORY] = past
         stored = [m["id"] for m in memories if m["id"] is not None]  # pending ones have none yet
         if stored:
             self._enqueue(TOUCH, [self.db, user_id, stored, int(now)], user_id)
@@ -256,15 +284,19 @@ class MemoryMiddleware:
             log.exception("memo-mw: could not enqueue %s for user %r; the chat request goes on", func, user_id)
 
 
-def remember_payload(result: Any, *, user_id: str, turn: Turn, ts: float, received: float) -> dict[str, Any]:
+def remember_payload(result: Any, *, user_id: str, turn: Turn, ts: float, received: float,
+                     history: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON payload of a ``remember`` job. Its ``job_key`` is the same for the same user,
-    summaries and message time (or id, or minute, when the client gives no time), so a retried
-    request makes no second memory. ``received``: the server's time, to order it against edits."""
+    summaries, history text and message time (or id, or minute, when the client gives no time), so a
+    retried request makes no second memory. ``received``: the server's time, to order it against
+    edits. ``history``: ``{"text", "days"}``, the message for the chat history."""
     time_key = turn.ts if turn.ts is not None else (turn.message_id or int(received // 60))
     summaries = sorted(normalize(c.content) for c in result.candidates)
-    return {"job_key": "memo-remember-" + stable_id(user_id, *summaries, time_key), "user_id": user_id,
-            "session_id": turn.session_id, "ts": int(ts), "message_id": turn.message_id,
-            "candidates": [c.as_dict() for c in result.candidates], "received": float(received)}
+    said = [normalize(history["text"])] if history else []
+    payload = {"job_key": "memo-remember-" + stable_id(user_id, *summaries, *said, time_key), "user_id": user_id,
+               "session_id": turn.session_id, "ts": int(ts), "message_id": turn.message_id,
+               "candidates": [c.as_dict() for c in result.candidates], "received": float(received)}
+    return {**payload, "history": history} if history else payload
 
 
 def _json_type(content_type: str) -> bool:

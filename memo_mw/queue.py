@@ -100,9 +100,9 @@ class RedisQueue:
             if job["func"] != REMEMBER or job["user_id"] != user_id:
                 return job
             kept = without_forgotten(job["args"][1], [marker])
-            if not kept["candidates"]:
+            if not kept["candidates"] and not kept.get("history"):
                 return None
-            return {**job, "args": [job["args"][0], kept], "pending": kept}
+            return {**job, "args": [job["args"][0], kept], "pending": pending_part(kept)}
         return self.spool.rewrite(change)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -195,6 +195,11 @@ class LocalQueue:
                 log.exception("memo-mw: the %s job failed", func)
             finally:
                 self._jobs.task_done()
+
+
+def pending_part(payload: dict[str, Any]) -> dict[str, Any] | None:
+    """What of a capture job recall shows before it runs: its candidates (not the history text), or None."""
+    return {k: v for k, v in payload.items() if k != "history"} if payload.get("candidates") else None
 
 
 def make_queue(redis_url: str | None, *, name: str = defaults.QUEUE_NAME, spool: str) -> RedisQueue | LocalQueue:

@@ -13,16 +13,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import defaults
+from . import defaults, history
 from .forgetting import forgotten, without_forgotten
 from .state import EMPTY, UserState
 from .store import RECALLABLE, Store
-from .text import normalize, tokens
+from .text import normalize, tokens, weight
 
 BLOCK_BEGIN = "[MEMORY_BEGIN]"
 BLOCK_END = "[MEMORY_END]"
 #: Starts the block's section of insight lines (memo_mw.insights).
 PROFILE = "[PROFILE]"
+#: Starts the block's section of past user messages (memo_mw.history).
+HISTORY = "[HISTORY]"
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,8 @@ class RecallConfig:
     decay: float = defaults.RECENCY_DECAY
     w_topic: float = defaults.WEIGHT_TOPIC
     hotness_full: int = defaults.HOTNESS_FULL
-
-
-def _weight(token: str) -> float:
-    return 0.3 if len(token) == 1 else 1.0  # a single CJK character is weak evidence
+    history_k: int = defaults.HISTORY_K
+    history_budget: int = defaults.HISTORY_BUDGET_TOKENS
 
 
 def relevance(query: frozenset[str], memory: frozenset[str]) -> float:
@@ -46,7 +46,7 @@ def relevance(query: frozenset[str], memory: frozenset[str]) -> float:
     common = query & memory
     if not common:
         return 0.0
-    return sum(map(_weight, common)) / math.sqrt(sum(map(_weight, query)) * sum(map(_weight, memory)))
+    return sum(map(weight, common)) / math.sqrt(sum(map(weight, query)) * sum(map(weight, memory)))
 
 
 def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], query_topics: frozenset[str] = frozenset(),
@@ -126,6 +126,29 @@ class Recaller:
         return score(visible(candidates, state), query_tokens, query_topics, now=now, config=self.config,
                      recall_all=recall_all, tag=self.funnel.topics.tag)
 
+    def history(self, user_id: str, message: str, *, now: float | None = None, session_id: str | None = None,
+                state: UserState = EMPTY, memories: Iterable[dict[str, Any]] = (),
+                analysis: tuple[frozenset[str], frozenset[str]] | None = None) -> list[dict[str, Any]]:
+        """The user's past messages for the block's [HISTORY] section (:func:`memo_mw.history.rank`),
+        as ``{"type": "history", "content", "source_ts", "source_session", "source_ids"}``: none that a
+        recent forget request names, none that a recalled memory (``memories``) already says."""
+        now = time.time() if now is None else now
+        query_tokens = (analysis or self.funnel.topics.analyse(message))[0]
+        with self.store() as store:
+            found = history.search(store.db, user_id, query_tokens, now=now, session_id=session_id)
+        stored_forgets = [f for f in state.forgets if not f.get("pending_only")]
+        found = [m for m in found if not forgotten({"content": m["text"], "source_ts": m["ts"]}, stored_forgets)]
+        chosen = history.rank(found, query_tokens, now=now, said=[m.get("excerpt") or "" for m in memories],
+                              k=self.config.history_k, budget=self.config.history_budget)
+        return [{"type": "history", "id": m["id"], "content": m["text"], "source_ts": m["ts"],
+                 "source_session": m["session_id"], "source_ids": [m["message_id"]] if m["message_id"] else [],
+                 "score": m["score"]} for m in chosen]
+
+    def history_enabled(self, user_id: str) -> bool:
+        """False when the user turned their chat history off (the web page)."""
+        with self.store() as store:
+            return history.enabled(store.db, user_id)
+
     def profile(self, user_id: str, state: UserState = EMPTY) -> list[dict[str, Any]]:
         """The user's insight lines for the block's [PROFILE] section (none after "forget me")."""
         if any(f["tokens"] is None for f in state.forgets) or defaults.PROFILE_RECALL_K <= 0:
@@ -198,22 +221,31 @@ def profile_line(insight: dict[str, Any]) -> str:
     return f"- {_escape(insight['text'])}"
 
 
-def format_block(memories: list[dict[str, Any]], profile: list[dict[str, Any]] = ()) -> str:
-    """The block injected into the request::
+def history_line(said: dict[str, Any]) -> str:
+    return f"- {_day(said['source_ts'])}: {_escape(said['content'])}"
+
+
+def format_block(memories: list[dict[str, Any]], profile: list[dict[str, Any]] = (),
+                 past: list[dict[str, Any]] = ()) -> str:
+    """The block injected into the request (``past``: messages from the chat history)::
 
         [MEMORY_BEGIN]
         - likes jazz (preference, 2024-04-01)
         [SOURCE: s1 / 2024-04-01]
+        [HISTORY]
+        - 2024-03-02: last weekend I finally visited my grandmother's village
         [PROFILE]
         - asks often about rust: 12 messages over 4 weeks; confidence: high
         [MEMORY_END]
     """
-    if not memories and not profile:
+    if not memories and not profile and not past:
         return ""
     lines = [BLOCK_BEGIN, *(line(m) for m in memories)]
     if memories:
         latest = max(memories, key=lambda m: m.get("source_ts") or 0)
         lines.append(f"[SOURCE: {_escape(latest.get('source_session') or '-')} / {_day(latest.get('source_ts'))}]")
+    if past:
+        lines += [HISTORY, *(history_line(m) for m in past)]
     if profile:
         lines += [PROFILE, *(profile_line(i) for i in profile)]
     lines.append(BLOCK_END)

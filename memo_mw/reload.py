@@ -76,6 +76,9 @@ class ReloadingFunnel:
     def is_recall_all(self, message: str) -> bool:
         return self.funnel.is_recall_all(message)
 
+    def history_text(self, message: str) -> str | None:
+        return self.funnel.history_text(message)
+
     def check(self) -> None:
         """Look at the files if ``interval`` has passed (or the clock went back); reload on a change."""
         if 0 <= self.clock() - self._looked_at < self.interval or not self._looking.acquire(blocking=False):

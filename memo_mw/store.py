@@ -7,7 +7,6 @@ the user id; forgetting is physical (docs/design.md, "The store")."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import sqlite3
@@ -16,17 +15,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import defaults
+from . import defaults, history
 from .exceptions import StoreError
 from .forgetting import forget_marker, forgotten, received_at, slot_hash, stored_markers, without_forgotten
-from .text import normalize, tokens
+from .text import index_terms, normalize, tokens
 
 log = logging.getLogger(__name__)
 
 ACTIVE, SUPERSEDED, PENDING_CONFIRM, EXPIRED = "active", "superseded", "pending_confirm", "expired"
 
-#: Bump when SCHEMA changes; a file made by another version is refused with a clear error.
-SCHEMA_VERSION = 1
+#: Bump when SCHEMA changes; a file made by another version is refused with a clear error, but
+#: one made by version 1 (before the chat history) gets the history tables when opened for writing.
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 create table if not exists memories (
@@ -64,7 +64,7 @@ create table if not exists insights (id integer primary key, user_id text not nu
   topic text not null, text text not null, count integer not null, weeks integer, first_seen text,
   last_seen text, confidence text not null, language text, created_at integer not null);
 create index if not exists insights_user on insights (user_id, rank);
-"""
+""" + history.SCHEMA
 
 #: The memory fields as the package hands them out (``terms`` is the index's, not the user's).
 COLUMNS = ("id", "user_id", "type", "key", "polarity", "content", "excerpt", "source_session", "source_ts",
@@ -75,11 +75,7 @@ SELECT = f"select {', '.join(COLUMNS)} from memories"
 RECALLABLE = f"(active = 1 or (status = '{PENDING_CONFIRM}' and confirm_shown_at is null))"
 #: FTS5 drops deleted entries at once only from SQLite 3.42 on; before, an 'optimize' does.
 SECURE_FTS = sqlite3.sqlite_version_info >= (3, 42, 0)
-
-
-def index_terms(user_id: str, words: Iterable[str]) -> list[str]:
-    """Words as the index holds them: hashed with the user id (only that user's postings, no readable word)."""
-    return [hashlib.blake2b(f"{user_id}\x1f{w}".encode(), digest_size=8).hexdigest() for w in words]
+FTS_TABLES = ("memories_fts", "history_fts")
 
 
 def indexed(user_id: str, content: str, key: str, topics: Iterable[str]) -> dict[str, str]:
@@ -107,7 +103,9 @@ def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
             _create(conn, path)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
-            raise StoreError(f"{path!r} holds schema version {version}, this memo-mw reads version {SCHEMA_VERSION}")
+            upgrade = " (opening it once for writing, e.g. with `memo-mw maintain`, upgrades it)" if version == 1 else ""
+            raise StoreError(f"{path!r} holds schema version {version}, this memo-mw reads version {SCHEMA_VERSION}"
+                             + upgrade)
         return conn
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
@@ -126,10 +124,10 @@ def _create(conn: sqlite3.Connection, path: str) -> None:
                 return
             conn.execute("begin immediate")
             try:
-                if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                if conn.execute("PRAGMA user_version").fetchone()[0] in (0, 1):
                     conn.executescript(SCHEMA.replace("\n", " ") + f"; PRAGMA user_version = {SCHEMA_VERSION};")
-                    if SECURE_FTS:
-                        conn.execute("insert into memories_fts (memories_fts, rank) values ('secure-delete', 1)")
+                    for table in FTS_TABLES if SECURE_FTS else ():
+                        conn.execute(f"insert into {table} ({table}, rank) values ('secure-delete', 1)")
             finally:
                 if conn.in_transaction:
                     conn.execute("commit")
@@ -230,9 +228,11 @@ class Store(contextlib.AbstractContextManager):
         with self.write():
             if job_key and self.db.execute("select 1 from processed_jobs where job_key = ?", [job_key]).fetchone():
                 return ["duplicate_job"]
-            candidates = without_forgotten(payload, stored_markers(payload, self.db.execute(
+            markers = stored_markers(payload, self.db.execute(
                 "select tokens, at, server_at from forget_markers where user_id = ? and (at >= ? or server_at >= ?)",
-                [user_id, int(payload["ts"]), received_at(payload)])))["candidates"]
+                [user_id, int(payload["ts"]), received_at(payload)]))
+            history.add(self.db, payload, markers)
+            candidates = without_forgotten(payload, markers)["candidates"]
             edited = {slot for (slot,) in self.db.execute(
                 "select slot from edit_markers where user_id = ? and at >= ?", [user_id, received_at(payload)])}
             candidates = [c for c in candidates if slot_hash(c["key"]) not in edited]
@@ -294,6 +294,8 @@ class Store(contextlib.AbstractContextManager):
                 return None
             self.update(memory_id, {"content": content, "updated_at": int(at),
                                      **indexed(user_id, content, memory["key"], memory["topics"])})
+            self._forget_history(user_id, forget_marker(f"{memory['content']} {memory['key']}", at), ts=int(at),
+                                 now=True, reason="memory edited")
             self.db.execute("delete from edit_markers where at < ?", [at - defaults.FORGET_MARKER_DAYS * 86400])
             self.db.execute("insert into edit_markers values (?, ?, ?)", [user_id, slot_hash(memory["key"]), at])
         self.vacuum_deleted()  # the old wording leaves the files too (skipped inside a caller's transaction)
@@ -326,6 +328,7 @@ class Store(contextlib.AbstractContextManager):
                     self.db.execute(f"delete from {table} where user_id = ?", [user_id])
             count = self._delete(user_id, [m["id"] for m in rows], ts=ts,
                                  action="forget_all" if match is None else "forget_match", reason=reason)
+            self._forget_history(user_id, marker, ts=ts, now=now, reason=reason)
         self.vacuum_deleted()
         return count
 
@@ -335,12 +338,19 @@ class Store(contextlib.AbstractContextManager):
         ids = [int(i) for i in ids]
         with self.write():
             mine = self.rows(f"where user_id = ? and id in ({','.join('?' * len(ids))})", [user_id, *ids]) if ids else []
-            if action == "delete":  # the user's own deletion: a statement of it still waiting is not stored
-                for memory in mine:
-                    self._mark_forgotten(user_id, forget_marker(f"{memory['content']} {memory['key']}", ts, time.time()))
             count = self._delete(user_id, [m["id"] for m in mine], ts=ts, action=action, reason=reason)
+            if action == "delete":  # the user's own deletion: a statement of it still waiting is not stored,
+                for memory in mine:  # and the messages that state it leave the history
+                    marker = forget_marker(f"{memory['content']} {memory['key']}", ts, time.time())
+                    self._mark_forgotten(user_id, marker)
+                    self._forget_history(user_id, marker, ts=ts, now=True, reason=reason)
         self.vacuum_deleted()
         return count
+
+    def _forget_history(self, user_id: str, marker: dict[str, Any], *, ts: int, now: bool, reason: str) -> None:
+        """Delete the history messages a marker names (memo_mw.history.forget), audited by count."""
+        if count := history.forget(self.db, user_id, marker, ts=ts, now=now):
+            self.audit_row(user_id, "forget_history", count, ts=ts, reason=reason)
 
     def _mark_forgotten(self, user_id: str, marker: dict[str, Any]) -> None:
         """Keep a forget marker for as long as a job can wait (older ones go)."""
@@ -351,20 +361,25 @@ class Store(contextlib.AbstractContextManager):
 
     def _delete(self, user_id: str, ids: list[int], *, ts: int, action: str, reason: str) -> int:
         self.db.executemany("delete from memories where user_id = ? and id = ?", [(user_id, i) for i in ids])
-        self.db.execute("insert into audit (user_id, action, count, at, reason) values (?, ?, ?, ?, ?)",
-                        [user_id, action, len(ids), int(ts), reason])
+        self.audit_row(user_id, action, len(ids), ts=ts, reason=reason)
         return len(ids)
+
+    def audit_row(self, user_id: str, action: str, count: int, *, ts: int, reason: str) -> None:
+        """Record a deletion: what, how many, when, why (never the content)."""
+        self.db.execute("insert into audit (user_id, action, count, at, reason) values (?, ?, ?, ?, ?)",
+                        [user_id, action, count, int(ts), reason])
 
     def vacuum_deleted(self) -> None:
         """Leave no deleted text in any file: FTS5 drops deleted entries, and the WAL is truncated."""
         if self.db.in_transaction:
             return
-        secure = self.db.execute("select v from memories_fts_config where k = 'secure-delete'").fetchone()
-        if not (secure and secure[0]):  # SQLite before 3.42, or a file made by one: merge the deleted entries out
-            with self.write():
-                self.db.execute("insert into memories_fts (memories_fts) values ('optimize')")
-                if SECURE_FTS:  # and from now on, FTS5 drops them as they are deleted
-                    self.db.execute("insert into memories_fts (memories_fts, rank) values ('secure-delete', 1)")
+        for table in FTS_TABLES:
+            secure = self.db.execute(f"select v from {table}_config where k = 'secure-delete'").fetchone()
+            if not (secure and secure[0]):  # SQLite before 3.42, or a file made by one: merge deleted entries out
+                with self.write():
+                    self.db.execute(f"insert into {table} ({table}) values ('optimize')")
+                    if SECURE_FTS:  # and from now on, FTS5 drops them as they are deleted
+                        self.db.execute(f"insert into {table} ({table}, rank) values ('secure-delete', 1)")
         for _ in range(20):  # a reader mid-transaction can hold the checkpoint back for a moment
             if not self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
                 return

@@ -5,6 +5,7 @@ bigrams plus single characters."""
 import hashlib
 import json
 import unicodedata
+from collections.abc import Iterable
 
 import regex
 
@@ -91,6 +92,17 @@ def tokens(text: str) -> frozenset[str]:
         out.update(c for c in run if c not in HAN_STOP)
         out.update(b for b in (run[i : i + 2] for i in range(len(run) - 1)) if b not in HAN_STOP_BIGRAMS)
     return frozenset(out)
+
+
+def weight(token: str) -> float:
+    """A token's weight as evidence of relevance: a single CJK character is weak."""
+    return 0.3 if len(token) == 1 else 1.0
+
+
+def index_terms(user_id: str, words: Iterable[str]) -> list[str]:
+    """Words as the full-text indexes hold them: hashed with the user id (only that user's postings,
+    no readable word)."""
+    return [hashlib.blake2b(f"{user_id}\x1f{w}".encode(), digest_size=8).hexdigest() for w in words]
 
 
 def stable_id(*parts: object) -> str:

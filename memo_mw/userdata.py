@@ -79,8 +79,7 @@ def _rewrite(store: Store, row: dict[str, Any], content: str, topics: list[str] 
     topics = row["topics"] if topics is None else sorted(topics)
     store.update(row["id"], {"excerpt": content, "key": key, "topics": json.dumps(topics),
                              **indexed(row["user_id"], content, key, topics)})
-    store.db.execute("insert into audit (user_id, action, count, at, reason) values (?, 'edit', 1, ?, ?)",
-                     [row["user_id"], ts, reason])
+    store.audit_row(row["user_id"], "edit", 1, ts=ts, reason=reason)
 
 
 def _merge(store: Store, row: dict[str, Any], duplicate: dict[str, Any], *, ts: int, reason: str) -> None:

@@ -15,7 +15,8 @@ from memo_mw.adapters import Turn
 from memo_mw.admin import blueprint_for, create_blueprint
 from memo_mw.middleware import remember_payload
 from memo_mw.rules import load_rules
-from memo_mw.store import Store, index_terms
+from memo_mw.store import Store
+from memo_mw.text import index_terms
 
 from .conftest import all_redis_text, drain
 
@@ -208,8 +209,10 @@ def test_the_admin_token_acts_for_the_user_named(two_users, db):
     assert export.json["user_id"] == "bob" and len(export.json["memories"]) == 1
     assert client.delete("/memo/api/memories?user=bob", headers=admin).json["deleted"] == 1
     assert contents(db, "bob") == [] and len(contents(db, "alice")) == 5
-    assert audit_rows(db, "bob") == [("edit", 1, "admin token"), ("delete", 1, "admin token"),
-                                     ("forget_all", 1, "admin token")]
+    # An edit and a deletion take the messages that stated the memory out of the history too.
+    assert audit_rows(db, "bob") == [("forget_history", 1, "memory edited"), ("edit", 1, "admin token"),
+                                     ("delete", 1, "admin token"), ("forget_all", 1, "admin token"),
+                                     ("forget_history", 1, "admin token")]
 
 
 def test_identity_from_get_user_only_when_configured(db, rules):
@@ -304,7 +307,7 @@ def test_patch_edits_the_line_and_the_old_text_is_gone(two_users, db):
     assert memory["topics"] == ["music"]  # tagged again from the new line (was sport)
     assert stored(db, "alice", memory_id)["content"] == "plays jazz piano on mondays"
     assert b"tennis every sunday" not in database_bytes(db)
-    assert audit_rows(db, "alice") == [("edit", 1, "user, memo page or API")]
+    assert audit_rows(db, "alice") == [("forget_history", 1, "memory edited"), ("edit", 1, "user, memo page or API")]
     # The term index follows the edit: recall finds the new words.
     reply = client.post("/chat", json={"message": "any jazz piano tips?", "session_id": "s"}, headers={"X-User-Id": "alice"})
     assert "plays jazz piano on mondays" in [m["content"] for m in reply.json["memories"]]  # beside the style one
@@ -397,7 +400,8 @@ def test_delete_one_is_physical_and_audited(two_users, db):
     assert stored(db, "alice", memory_id) is None
     assert b"tennis every sunday" not in database_bytes(db)
     assert index_terms("alice", ["tennis"])[0].encode() not in database_bytes(db)  # nor its index entries
-    assert audit_rows(db, "alice") == [("delete", 1, "user, memo page or API")]
+    assert audit_rows(db, "alice") == [("delete", 1, "user, memo page or API"),
+                                       ("forget_history", 1, "user, memo page or API")]
     assert client.delete(f"/memo/api/memories/{memory_id}", headers=as_user("alice")).status_code == 404
     assert len(contents(db, "alice")) == 4
 
@@ -419,7 +423,8 @@ def test_forget_me_deletes_every_memory_of_the_user_only(two_users, db):
     assert contents(db, "bob") == ["likes zanzibarian oolong", "lives in Reykjavik"]
     for word in (b"tennis", "乌龙茶".encode(), b"running"):
         assert word not in database_bytes(db)
-    assert audit_rows(db, "alice") == [("forget_all", 5, "user, memo page or API")]
+    assert audit_rows(db, "alice") == [("forget_all", 5, "user, memo page or API"),
+                                       ("forget_history", 5, "user, memo page or API")]
     assert client.delete("/memo/api/memories", headers=as_user("alice")).json["deleted"] == 0
 
 
@@ -456,7 +461,7 @@ def test_export_is_a_json_download_of_everything_about_the_user(two_users, db):
     assert sorted(m["content"] for m in data["memories"]) == [
         "answer style: answer in Chinese", "dislikes running", "likes running", "喜欢喝乌龙茶"]
     assert {m["status"] for m in data["memories"]} == {"active", "superseded"}
-    assert [(a["action"], a["count"]) for a in data["audit"]] == [("delete", 1)]
+    assert [(a["action"], a["count"]) for a in data["audit"]] == [("delete", 1), ("forget_history", 1)]
     assert data["pending"] == []
     for word in BOB_WORDS:
         assert word not in response.data

@@ -540,8 +540,8 @@ def test_insights_and_maintain_on_a_replayed_log(replayed):
     everyone = json.loads(cli("insights", "--db", db, "--now", T0 + 86400, "--json").stdout)
     assert set(everyone) == {"alice", "bob"} and all(lines == [] for lines in everyone.values())  # too few
     counts = json.loads(cli("maintain", "--db", db, "--now", T0 + 86400, "--json").stdout)
-    assert counts == {"expired": 0, "removed": 0, "resolved": 0}
-    assert cli("maintain", "--db", db).stdout.strip() == "expired 0, removed 0, resolved 0"
+    assert counts == {"expired": 0, "removed": 0, "resolved": 0, "history_pruned": 0}
+    assert cli("maintain", "--db", db).stdout.strip() == "expired 0, removed 0, resolved 0, history_pruned 0"
 
 
 def test_worker_reports_an_unreachable_redis():

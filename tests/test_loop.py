@@ -11,7 +11,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from memo_mw import Memo, MemoryMiddleware, defaults
-from memo_mw.queue import TOUCH
+from memo_mw.queue import REMEMBER, TOUCH
 from memo_mw.recall import BLOCK_BEGIN, BLOCK_END
 from memo_mw.store import Store
 
@@ -94,8 +94,9 @@ def test_captured_then_recalled_through_rq(redis_url, db, path, shape, statement
 
     # The recall was counted by a job, not by a write in the request.
     assert memories(db)[0]["hits"] == 0
-    assert [job.func_name for job in memo_queue(redis_url).jobs] == [TOUCH]
-    assert drain(redis_url) == 1
+    # (and the question went to the chat history by a job of its own)
+    assert [job.func_name for job in memo_queue(redis_url).jobs] == [TOUCH, REMEMBER]
+    assert drain(redis_url) == 2
     assert memories(db)[0]["hits"] == 1
 
 
@@ -224,7 +225,7 @@ def test_each_recall_is_counted_by_a_job(redis_url, db):
     drain(redis_url)
     for question in ("any jazz albums?", "jazz tonight?", "推荐一款乌龙茶", "more jazz please"):
         client.post("/chat", **plain(question))
-    assert [job.func_name for job in memo_queue(redis_url).jobs] == [TOUCH] * 4
-    assert drain(redis_url) == 4
+    assert [job.func_name for job in memo_queue(redis_url).jobs] == [TOUCH, REMEMBER] * 4  # (REMEMBER: history)
+    assert drain(redis_url) == 8
     hits = {m["content"]: (m["hits"], m["last_accessed"]) for m in memories(db)}
     assert hits == {"likes jazz": (3, 1_700_000_000), "喜欢喝乌龙茶": (1, 1_700_000_000)}

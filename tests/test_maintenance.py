@@ -19,7 +19,7 @@ from .test_store import database_bytes, payload
 
 T0 = 1_700_000_000
 DAY = 86400
-NOTHING = {"expired": 0, "removed": 0, "resolved": 0}
+NOTHING = {"expired": 0, "removed": 0, "resolved": 0, "history_pruned": 0}
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def test_maintenance_runs_for_every_user_and_says_what_it_did(db):
         store.remember(payload("likes jazz", "jazz", user="a"))
         counts = maintain(store, now=T0 + DAY)
         assert counts == {**NOTHING, "expired": 2}
-        assert summary(counts) == "expired 2, removed 0, resolved 0"
+        assert summary(counts) == "expired 2, removed 0, resolved 0, history_pruned 0"
         assert [m["content"] for m in store.list("a")] == ["likes jazz"]
         assert maintain(store, now=T0 + DAY + defaults.CONFIRM_DAYS * DAY) == {**NOTHING, "removed": 2}
         assert [len(store.list(u, include_inactive=True)) for u in ("a", "b")] == [1, 0]

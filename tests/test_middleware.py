@@ -426,7 +426,7 @@ def test_openai_content_parts(db, rules):
     assert "likes green tea" in received["messages"][1]["content"]
     assert received["messages"][2]["content"] == parts  # the user's parts are left as they were
     assert [m["content"] for m in app.last["environ"]["memo.memories"]] == ["likes green tea"]
-    assert queue.funcs() == [TOUCH]
+    assert queue.funcs() == [TOUCH, REMEMBER]  # the recall's count, and the message for the chat history
 
 
 def test_openai_content_parts_are_captured(db, rules):

@@ -22,9 +22,10 @@ def test_pure_python():
     assert not [p.name for p in PACKAGE.rglob("*") if p.suffix in (".c", ".so", ".pyx", ".pyd")]
 
 
-#: The core's budget is 5,000 lines. The statement grammar (rules_grammar.py and what reads it) added
-#: about 235 and trimming took 225 back; this ceiling holds the line until the package is under 5,000 again.
-MAX_LINES = 5010
+#: The core's budget was 5,000 lines (the statement grammar came in at 5,010). The chat history
+#: (history.py and its hooks in the store, recall, the middleware, the page and the CLI) is a new
+#: capability with a budget of 600 lines of its own.
+MAX_LINES = 5610
 
 
 def test_the_package_stays_small():

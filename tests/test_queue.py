@@ -194,8 +194,9 @@ def test_the_hand_off_of_a_captured_message_takes_at_most_four_round_trips(db, r
     with capsys.disabled():
         print(f"\nRedis round trips per request: first {cold}, a capture {warm}, no capture {none}")
     assert warm <= 4
-    assert warm == none + 1  # the job and its pending payload: one pipeline
-    assert drain(redis_url) == 2  # and it was a real hand-off
+    # The job and its pending payload: one pipeline; a message that is only chat history: its job, the same.
+    assert warm == none
+    assert drain(redis_url) == 3  # and it was a real hand-off
     assert stored(db) == [("alice", "likes kalimba"), ("bob", "likes jazz")]
 
 

@@ -12,7 +12,8 @@ import pytest
 from memo_mw import jobs
 from memo_mw.exceptions import StoreError
 from memo_mw.maintenance import maintain
-from memo_mw.store import SCHEMA_VERSION, Store, index_terms
+from memo_mw.store import SCHEMA_VERSION, Store
+from memo_mw.text import index_terms
 from memo_mw.text import tokens
 
 T0 = 1_700_000_000

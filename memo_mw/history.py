@@ -1,0 +1,175 @@
+"""Chat history: every user message (PII masked; never a sensitive one, never one of a user who
+turned history off), kept ``history_days`` with the same hashed full-text index as the memories, so
+that recall can bring back the few past messages a request is about ("[HISTORY]" in the block).
+
+Functions on the store's connection; :class:`memo_mw.store.Store` calls them when it stores a
+message, forgets and prunes, and recall reads with :func:`search` and :func:`rank`."""
+
+import math
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+import regex
+
+from . import defaults
+from .forgetting import forgotten, names
+from .text import index_terms, normalize, tokens, weight
+
+SCHEMA = """
+create table if not exists history (
+  id integer primary key, user_id text not null, session_id text, message_id text, ts integer not null,
+  expires_at integer, text text not null, terms text not null default '', words text not null default '');
+create index if not exists history_user on history (user_id, session_id, ts);
+create index if not exists history_expiry on history (expires_at);
+create virtual table if not exists history_fts using fts5 (terms, content='history', content_rowid='id');
+create trigger if not exists history_fts_insert after insert on history begin
+  insert into history_fts (rowid, terms) values (new.id, new.terms); end;
+create trigger if not exists history_fts_delete after delete on history begin
+  insert into history_fts (history_fts, rowid, terms) values ('delete', old.id, old.terms); end;
+create table if not exists history_off (user_id text primary key, at integer not null) without rowid;
+"""
+
+#: BM25's usual constants: term-frequency saturation and length normalisation.
+BM25_K1, BM25_B = 1.2, 0.75
+COLUMNS = ("id", "user_id", "session_id", "message_id", "ts", "expires_at", "text")
+_SENTENCE = regex.compile(r"(?<=[。！？!?；;])|\n|(?<=[.])\s+")
+# Roughly what a model's tokenizer counts: a CJK character, a word or number, a punctuation mark.
+_TOKEN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]|[\p{L}\p{N}]+|[^\s\p{L}\p{N}]")
+
+
+def approx_tokens(text: str) -> int:
+    """About how many model tokens ``text`` takes (the [HISTORY] section's budget is in these)."""
+    return len(_TOKEN.findall(text))
+
+
+def enabled(db: sqlite3.Connection, user_id: str) -> bool:
+    """False when the user turned their history off."""
+    return db.execute("select 1 from history_off where user_id = ?", [user_id]).fetchone() is None
+
+
+def set_enabled(db: sqlite3.Connection, user_id: str, on: bool, *, ts: int) -> int:
+    """Turn the user's history on or off; off deletes what is kept. Returns how many messages went."""
+    if on:
+        db.execute("delete from history_off where user_id = ?", [user_id])
+        return 0
+    db.execute("insert or replace into history_off values (?, ?)", [user_id, int(ts)])
+    return delete(db, user_id, None)
+
+
+def add(db: sqlite3.Connection, payload: dict[str, Any], markers: list[dict[str, Any]]) -> bool:
+    """Keep the payload's message (``payload["history"]``: its masked text and days to keep) unless
+    the user turned history off or a later forget request names it. True when it was kept."""
+    said = payload.get("history")
+    user_id, ts = payload["user_id"], int(payload["ts"])
+    if not said or not said.get("text") or not enabled(db, user_id):
+        return False
+    if forgotten({"content": said["text"], "source_ts": ts, "received": payload.get("received")}, markers):
+        return False
+    words = tokens(said["text"])
+    days = said.get("days")
+    db.execute("insert into history (user_id, session_id, message_id, ts, expires_at, text, terms, words)"
+               " values (?, ?, ?, ?, ?, ?, ?, ?)",
+               [user_id, payload.get("session_id"), _str(payload.get("message_id")), ts,
+                None if days is None else int(ts + float(days) * 86400), said["text"],
+                " ".join(index_terms(user_id, words)), " ".join(sorted(words))])
+    return True
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def rows(db: sqlite3.Connection, user_id: str, sql: str = "", args: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    """The user's messages (``sql``: more conditions and an order), oldest first by default."""
+    found = db.execute(f"select {', '.join(COLUMNS)} from history where user_id = ? {sql or 'order by ts, id'}",
+                       [user_id, *args])
+    return [dict(zip(COLUMNS, row)) for row in found]
+
+
+def delete(db: sqlite3.Connection, user_id: str, ids: Iterable[int] | None) -> int:
+    """Delete the user's messages with these ids (None: all of them); another user's are ignored."""
+    if ids is None:
+        return db.execute("delete from history where user_id = ?", [user_id]).rowcount
+    return db.executemany("delete from history where user_id = ? and id = ?",
+                          [(user_id, int(i)) for i in set(ids)]).rowcount
+
+
+def forget(db: sqlite3.Connection, user_id: str, marker: dict[str, Any], *, ts: int, now: bool) -> int:
+    """Delete the messages a forget request names (its ``marker``: all, or those with its words),
+    said by ``ts`` unless ``now`` (the web page and the CLI delete whatever is there)."""
+    said = rows(db, user_id, "" if now else "and ts <= ? order by id", [] if now else [int(ts)])
+    named = [m["id"] for m in said if names(marker, {"content": m["text"]})]
+    return delete(db, user_id, named)
+
+
+def prune(db: sqlite3.Connection, now: int) -> int:
+    """Delete the messages past their retention (``history_days`` when they were written)."""
+    return db.execute("delete from history where expires_at <= ?", [int(now)]).rowcount
+
+
+def search(db: sqlite3.Connection, user_id: str, words: Iterable[str], *, now: float, session_id: str | None,
+           limit: int = defaults.HISTORY_CANDIDATES) -> list[dict[str, Any]]:
+    """The user's kept messages that share a word with the request, each with its ``bm25`` and
+    ``match`` (the share of the request's IDF its words hold), not the current session's last turns
+    (the app has them). The index is every user's, so BM25 is computed here from the user's own
+    counts: a word in most of the user's messages says little, however rare it is for others."""
+    words = sorted(set(words))
+    df = {}
+    for word, term in zip(words, index_terms(user_id, words)):
+        if n := db.execute("select count(*) from history_fts where history_fts match ?", [f'"{term}"']).fetchone()[0]:
+            df[word] = (term, n)
+    if not df:
+        return []
+    n_docs = db.execute("select count(*) from history where user_id = ?", [user_id]).fetchone()[0]
+    # (FTS5 ranks the candidates with every user's counts: a word in most messages of all counts nothing.)
+    found = [dict(zip((*COLUMNS, "words"), row)) for row in db.execute(
+        f"select {', '.join('h.' + c for c in COLUMNS)}, h.words from history_fts"
+        " join history h on h.id = history_fts.rowid where history_fts match ? and h.user_id = ?"
+        " and (h.expires_at is null or h.expires_at > ?) and h.id not in (select id from history"
+        " where user_id = ? and session_id is ? order by ts desc, id desc limit ?) order by rank limit ?",
+        [" OR ".join(f'"{term}"' for term, _ in df.values()), user_id, int(now), user_id, session_id,
+         defaults.HISTORY_SKIP_TURNS, limit])]
+    idf = {word: math.log(1 + (n_docs - n + 0.5) / (n + 0.5)) for word, (_, n) in df.items()}
+    length = sum(len(m["words"].split()) for m in found) / len(found) if found else 1.0
+    for m in found:
+        have = frozenset(m["words"].split()) & idf.keys()
+        scale = 1 + BM25_K1 * (1 - BM25_B + BM25_B * len(m["words"].split()) / length)
+        m["bm25"] = sum(idf[w] * (BM25_K1 + 1) / scale for w in have)
+        m["match"] = sum(idf[w] for w in have) / sum(idf.values())
+    return found
+
+
+def rank(found: list[dict[str, Any]], query: frozenset[str], *, now: float, said: Iterable[str] = (),
+         k: int = defaults.HISTORY_K, budget: int = defaults.HISTORY_BUDGET_TOKENS) -> list[dict[str, Any]]:
+    """The messages for the block: enough of the request (``match`` at least ``HISTORY_MIN_MATCH``),
+    ranked by BM25 (scaled to the best) with recency, none a recalled memory already says (``said``:
+    their excerpts), each cut to its best sentences, the top ``k`` within ``budget`` tokens."""
+    said = [normalize(s) for s in said if s]
+    found = [m for m in found if m["match"] >= defaults.HISTORY_MIN_MATCH
+             and not any(s in normalize(m["text"]) for s in said)]
+    if not found:
+        return []
+    best = max(m["bm25"] for m in found) or 1.0
+
+    def score(m: dict[str, Any]) -> float:
+        return 0.8 * m["bm25"] / best + 0.2 * math.exp(-defaults.RECENCY_DECAY * max(0.0, now - m["ts"]) / 86400)
+
+    chosen, used = [], 0
+    for m in sorted(found, key=lambda m: (score(m), m["ts"]), reverse=True)[:k]:
+        text = excerpt(m["text"], query)
+        cost = approx_tokens(text)
+        if used + cost <= budget:
+            used += cost
+            chosen.append({**m, "text": text, "score": round(score(m), 6)})
+    return chosen
+
+
+def excerpt(text: str, query: frozenset[str], limit: int = defaults.HISTORY_LINE_CHARS) -> str:
+    """The message as one line; a long one cut to its sentence that shares most with the request."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    sentences = [s.strip() for s in _SENTENCE.split(text) if s and s.strip()]
+    best = max(sentences, key=lambda s: sum(map(weight, query & tokens(s))))
+    return best if len(best) <= limit else best[: limit - 1] + "…"
