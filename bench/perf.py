@@ -12,6 +12,8 @@ http       requests/s under gunicorn (1 worker, 4 threads) driven by wrk, Redis 
            bare / wrapped, the median of alternating rounds
 handoff    Redis round trips of a request whose message is captured                      4
 recall99   recall p99 for a user with 10,000 memories among 1,000,000 rows, common words  10 ms
+history99  recall p99, memories and chat history, for a user with 10,000 past messages    10 ms
+           and 1,000 memories among 20 such users
 worker     memories stored per second by one ``memo-mw worker`` process                  >= 200/s
 rss        resident memory after 500 requests: wrapped process - bare process            +20 MB
 funnel     the funnel's time for a non-trigger message (distinct dataset turns)          < 1 ms
@@ -235,7 +237,7 @@ def main() -> int:
     from bench import http_rate, recall
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    names = ["quiet", "handoff", "worker", "rss", "funnel", "http", "recall99"]
+    names = ["quiet", "handoff", "worker", "rss", "funnel", "http", "recall99", "history99"]
     parser.add_argument("--quick", action="store_true", help="smaller runs (about a minute)")
     parser.add_argument("--only", nargs="*", choices=names)
     parser.add_argument("--json", help="also write the results to this file")
@@ -253,7 +255,8 @@ def main() -> int:
                 "rss": lambda: bench_rss(folder),
                 "funnel": bench_funnel,
                 "http": lambda: report("http", **http_rate.run(server.url, folder, rounds=4 if args.quick else 12)),
-                "recall99": lambda: report("recall99", **recall.run(200_000 if args.quick else 1_000_000))}
+                "recall99": lambda: report("recall99", **recall.run(200_000 if args.quick else 1_000_000)),
+                "history99": lambda: report("history99", **recall.run_history())}
         for name in names:
             if name in only:
                 redis.Redis.from_url(server.url).flushdb()  # our own server

@@ -170,7 +170,8 @@ def replay(file, db: str, rules_paths: tuple[str, ...], as_json: bool) -> None:
 
     FILE is JSON lines (- for stdin): {"user", "session", "ts", "text"}, optionally "id" (message id)
     and "role" (default "user"; other roles are never stored); ts, epoch seconds, is the clock.
-    Prints where lines stopped, and what the store did with the captured ones."""
+    Each user line goes to the chat history too (unless sensitive). Prints where lines stopped, and what
+    the store did with the captured ones."""
     funnel, counts, started = _funnel(rules_paths), collections.Counter(), time.perf_counter()
     with _store(db, write=True, create=True) as store:
         turns = _user_lines(enumerate(file, 1), counts, _turn)
@@ -199,9 +200,11 @@ def _replay_turn(funnel: Funnel, store: Store, user: str, turn: Turn, counts: co
         names = counters.count_keys(funnel.topics.tag(turn.message), turn.message)
         counters.add(store, user, {(counters.week_of(turn.ts), name): 1 for name in names})
         store.db.execute("insert into processed_jobs values (?, ?, ?)", [key, user, int(turn.ts)])
-    if result.candidates:
-        counts.update(store.remember(remember_payload(result, user_id=user, turn=turn, ts=turn.ts,
-                                                      received=turn.ts)))
+    said = funnel.history_text(turn.message) if result.stage != "sensitive" else None
+    if result.candidates or said:
+        counts.update(store.remember(remember_payload(result, user_id=user, turn=turn, ts=turn.ts, received=turn.ts,
+                                                      history={"text": said, "days": defaults.HISTORY_DAYS}
+                                                      if said else None)))
 
 
 @main.command()
@@ -220,24 +223,50 @@ def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> Non
 @main.command()
 @db_option
 @rules_option
-@click.option("--user", required=True, help="Whose memories to search.")
+@click.option("--user", help="Whose memories to search (not with --batch).")
+@click.option("--session", default=None, help="The request's session: its last turns are not brought back.")
 @click.option("--k", default=defaults.RECALL_K, show_default=True, type=click.IntRange(min=0),
               help="How many memories at most.")
 @now_option
 @click.option("--budget", default=defaults.RECALL_BUDGET_CHARS, show_default=True, type=click.IntRange(min=1),
               help="Character budget of the memory lines.")
+@click.option("--batch", type=click.File("r", encoding="utf-8"), default=None,
+              help='JSON lines {"user", "query", optional "session", "now"}: a JSON line of results each.')
 @json_option
-@click.argument("query")
-def recall(db: str, rules_paths: tuple[str, ...], user: str, k: int, now: float | None, budget: int,
-           as_json: bool, query: str) -> None:
-    """Rank a user's memories for QUERY, as the middleware would (read-only: hits are not counted)."""
-    funnel = _funnel(rules_paths)  # below: the middleware's recall, a forget request in the query included
-    result, now = funnel.process(query), time.time() if now is None else now
-    forgets = (forget_marker(result.forget_match, now),) if result.stage == "forget" else ()
+@click.argument("query", required=False)
+def recall(db: str, rules_paths: tuple[str, ...], user: str | None, session: str | None, k: int, now: float | None,
+           budget: int, batch, as_json: bool, query: str | None) -> None:
+    """Rank a user's memories and past messages (``"type": "history"``) for QUERY, as the middleware
+    would (read-only: hits are not counted)."""
+    if (query is None or user is None) if batch is None else (query is not None or user is not None):
+        raise click.UsageError("give --user and QUERY, or --batch FILE")
+    funnel = _funnel(rules_paths)
     recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
     with _store(db), recaller.store():  # a clear error for a bad --db first; then recall's own connection
-        rows = recaller.recall(user, query, now=now, state=UserState(forgets=forgets), recall_all=result.recall_all)
-    _echo(as_json, rows, (f"{m['score']:.3f}  {m['content']}  ({m['type']})" for m in rows))
+        if batch is None:
+            rows = _recall(recaller, user, query, session, time.time() if now is None else now)
+            _echo(as_json, rows, (f"{m['score']:.3f}  {m['content']}  ({m['type']})" for m in rows))
+            return
+        for number, line in enumerate(batch, 1):
+            if not line.strip():
+                continue
+            try:
+                ask = json.loads(line)
+                found = _recall(recaller, clean_id(ask["user"]), str(ask["query"]), clean_id(ask.get("session")),
+                                float(ask.get("now") or now or time.time()))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise click.ClickException(f"line {number}: not a recall request ({exc!r})") from None
+            click.echo(json.dumps({"user": ask["user"], "query": ask["query"], "results": found}, ensure_ascii=False))
+
+
+def _recall(recaller: Recaller, user: str | None, query: str, session: str | None, now: float) -> list[dict[str, Any]]:
+    """The middleware's recall for one request, a forget request in it included: memories, then past messages."""
+    if user is None:
+        raise ValueError("no user")
+    result = recaller.funnel.process(query)
+    state = UserState(forgets=(forget_marker(result.forget_match, now),) if result.stage == "forget" else ())
+    memories = recaller.recall(user, query, now=now, state=state, recall_all=result.recall_all)
+    return memories + recaller.history(user, query, now=now, session_id=session, state=state, memories=memories)
 
 
 @main.command()

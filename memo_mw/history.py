@@ -122,13 +122,16 @@ def search(db: sqlite3.Connection, user_id: str, words: Iterable[str], *, now: f
     if not df:
         return []
     n_docs = db.execute("select count(*) from history where user_id = ?", [user_id]).fetchone()[0]
-    # (FTS5 ranks the candidates with every user's counts: a word in most messages of all counts nothing.)
+    # The newest messages with a word that is not in most of them (a common word alone picks nothing
+    # out; ranking every message that has one would cost milliseconds on a long history).
+    rare = [term for term, n in df.values() if n <= max(limit, n_docs / 10)] or [term for term, _ in df.values()]
     found = [dict(zip((*COLUMNS, "words"), row)) for row in db.execute(
         f"select {', '.join('h.' + c for c in COLUMNS)}, h.words from history_fts"
         " join history h on h.id = history_fts.rowid where history_fts match ? and h.user_id = ?"
         " and (h.expires_at is null or h.expires_at > ?) and h.id not in (select id from history"
-        " where user_id = ? and session_id is ? order by ts desc, id desc limit ?) order by rank limit ?",
-        [" OR ".join(f'"{term}"' for term, _ in df.values()), user_id, int(now), user_id, session_id,
+        " where user_id = ? and session_id is ? order by ts desc, id desc limit ?)"
+        " order by history_fts.rowid desc limit ?",
+        [" OR ".join(f'"{term}"' for term in rare), user_id, int(now), user_id, session_id,
          defaults.HISTORY_SKIP_TURNS, limit])]
     idf = {word: math.log(1 + (n_docs - n + 0.5) / (n + 0.5)) for word, (_, n) in df.items()}
     length = sum(len(m["words"].split()) for m in found) / len(found) if found else 1.0
@@ -146,8 +149,12 @@ def rank(found: list[dict[str, Any]], query: frozenset[str], *, now: float, said
     ranked by BM25 (scaled to the best) with recency, none a recalled memory already says (``said``:
     their excerpts), each cut to its best sentences, the top ``k`` within ``budget`` tokens."""
     said = [normalize(s) for s in said if s]
-    found = [m for m in found if m["match"] >= defaults.HISTORY_MIN_MATCH
-             and not any(s in normalize(m["text"]) for s in said)]
+
+    def repeats(m: dict[str, Any]) -> bool:
+        text = normalize(m["text"])
+        return any(s in text for s in said)
+
+    found = [m for m in found if m["match"] >= defaults.HISTORY_MIN_MATCH and not repeats(m)]
     if not found:
         return []
     best = max(m["bm25"] for m in found) or 1.0

@@ -200,7 +200,8 @@ def test_replay_reads_stdin_and_is_idempotent(tmp_path, rules_dir, db):
     assert first["stored"] == 4
     again = json.loads(cli("replay", "-", "--db", db, "--rules", rules_dir, "--json", input=text).stdout)
     # The same messages make the same job keys as the middleware would: nothing is stored twice.
-    assert again["duplicate_job"] == again["captured"] == 7
+    # (7 captures, and 4 more messages kept as chat history only)
+    assert again["captured"] == 7 and again["duplicate_job"] == 7 + 4
     assert again["stored"] == again["merged"] == again["superseded"] == 0
 
 
@@ -369,7 +370,7 @@ def test_recall_ranks_with_scores(music_db, rules_dir):
     assert rows[0]["score"] > rows[1]["score"]
     assert {m["user_id"] for m in rows} == {"alice"} and rows[0]["source_ids"] == ["m1"]
     assert recall(music_db, "--user", "alice", "--now", T0, "--k", "1", "jazz music") == rows[:1]
-    assert recall(music_db, "--user", "alice", "--now", T0, "--k", "0", "jazz") == []
+    assert [m for m in recall(music_db, "--user", "alice", "--now", T0, "--k", "0", "jazz") if m["type"] != "history"] == []
     # A "what do you remember" question recalls without a word in common.
     everything = recall(music_db, "--user", "alice", "--now", T0, "--rules", rules_dir, "what do you remember?")
     assert len(everything) == 3
@@ -391,7 +392,31 @@ def test_recall_text_output_and_usage_errors(music_db):
     assert result.exit_code == 0 and "likes jazz" in result.stdout
     assert re.match(r"^\d\.\d{3}  likes jazz  \(preference\)$", result.stdout.splitlines()[0])
     missing = cli("recall", "--db", music_db, "jazz")
-    assert missing.exit_code == 2 and "Missing option '--user'" in missing.stderr
+    assert missing.exit_code == 2 and "give --user and QUERY, or --batch FILE" in missing.stderr
+
+
+def test_recall_lists_past_messages_after_the_memories(tmp_path, rules_dir, db):
+    log = write_jsonl(tmp_path / "log.jsonl", [
+        msg("My neighbour plays the trumpet at night", ts=T0, id="m1", session="monday"),
+        msg("I like jazz", ts=T0 + 1, id="m2", session="monday"),
+        msg("The trumpet is too loud", user="bob", ts=T0 + 2, id="m3")])
+    assert cli("replay", log, "--db", db, "--rules", rules_dir).exit_code == 0
+    rows = recall(db, "--user", "alice", "--now", T0 + 60, "--rules", rules_dir, "jazz against trumpet noise?")
+    assert [(m["type"], m["content"]) for m in rows] == [
+        ("preference", "likes jazz"), ("history", "My neighbour plays the trumpet at night")]
+    assert {k: rows[1][k] for k in ("source_ts", "source_session", "source_ids")} == {
+        "source_ts": T0, "source_session": "monday", "source_ids": ["m1"]}
+    # The request's own session: its last turns are the app's already.
+    assert recall(db, "--user", "alice", "--now", T0 + 60, "--session", "monday", "trumpet") == []
+    batch = write_jsonl(tmp_path / "asks.jsonl", [{"user": "alice", "query": "trumpet", "now": T0 + 60},
+                                                  {"user": "carol", "query": "trumpet"}, ""])
+    lines = [json.loads(line) for line in cli("recall", "--db", db, "--batch", batch).stdout.splitlines()]
+    assert [[m["content"] for m in line["results"]] for line in lines] == [
+        ["My neighbour plays the trumpet at night"], []]
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"user": "alice", "query": "trumpet"}, {"user": "alice"}])
+    result = cli("recall", "--db", db, "--batch", bad)
+    assert result.exit_code == 1 and "line 2: not a recall request" in result.stderr
+    assert cli("recall", "--db", db, "--batch", batch, "--user", "alice").exit_code == 2
 
 
 # -- rules ------------------------------------------------------------------------------
@@ -541,7 +566,8 @@ def test_insights_and_maintain_on_a_replayed_log(replayed):
     assert set(everyone) == {"alice", "bob"} and all(lines == [] for lines in everyone.values())  # too few
     counts = json.loads(cli("maintain", "--db", db, "--now", T0 + 86400, "--json").stdout)
     assert counts == {"expired": 0, "removed": 0, "resolved": 0, "history_pruned": 0}
-    assert cli("maintain", "--db", db).stdout.strip() == "expired 0, removed 0, resolved 0, history_pruned 0"
+    # Today, the log's messages (said in 2023) are past the history's 90 days: deleted.
+    assert cli("maintain", "--db", db).stdout.strip() == "expired 0, removed 0, resolved 0, history_pruned 9"
 
 
 def test_worker_reports_an_unreachable_redis():
