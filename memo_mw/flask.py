@@ -28,6 +28,9 @@ SETTINGS = (
     ("MEMO_RULES_RELOAD", "rules_reload_interval", defaults.RULES_RELOAD_INTERVAL),
     ("MEMO_BODY_USER", "body_user", False),
     ("MEMO_SPOOL", "spool", None),  # None: <MEMO_DB>.spool
+    ("MEMO_HISTORY", "history", True),
+    ("MEMO_HISTORY_DAYS", "history_days", defaults.HISTORY_DAYS),
+    ("MEMO_HISTORY_K", "history_k", defaults.HISTORY_K),
 )
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from flask import Flask, jsonify, request
 
-from memo_mw import Memo
+from memo_mw import Memo, history
+from memo_mw.store import Store
 
 from .conftest import free_port
 
@@ -37,6 +38,20 @@ def test_the_settings_reach_the_middleware(tmp_path):
     assert client.post("/talk", json={"message": "any bossa nova albums?"}, headers={"X-User-Id": "ana"}).json \
         == {"memories": []}  # the configured header names the user, not the default one
     assert (tmp_path / "data" / "memo.db").exists()
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_history_settings_reach_the_middleware(tmp_path, on):
+    app = chat_app(tmp_path, MEMO_DB=str(tmp_path / "memo.db"), MEMO_PATHS=["/talk"], MEMO_HISTORY=on,
+                   MEMO_HISTORY_DAYS=7, MEMO_HISTORY_K=1)
+    client = app.test_client()
+    client.post("/talk", json={"message": "my neighbour plays the trumpet", "ts": 1_700_000_000},
+                headers={"X-User-Id": "ana"})
+    app.extensions["memo"].middleware.queue.join()
+    with Store(tmp_path / "memo.db") as store:
+        kept = history.rows(store.db, "ana")
+    assert [(m["text"], m["expires_at"]) for m in kept] == ([("my neighbour plays the trumpet", 1_700_000_000 + 7 * 86400)]
+                                                            if on else [])
 
 
 def test_jobs_wait_in_the_spool_file_while_redis_is_down(tmp_path):
