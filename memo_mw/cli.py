@@ -200,7 +200,7 @@ def _replay_turn(funnel: Funnel, store: Store, user: str, turn: Turn, counts: co
         names = counters.count_keys(funnel.topics.tag(turn.message), turn.message)
         counters.add(store, user, {(counters.week_of(turn.ts), name): 1 for name in names})
         store.db.execute("insert into processed_jobs values (?, ?, ?)", [key, user, int(turn.ts)])
-    said = funnel.history_text(turn.message) if result.stage != "sensitive" else None
+    said = funnel.history_text(result)
     if result.candidates or said:
         counts.update(store.remember(remember_payload(result, user_id=user, turn=turn, ts=turn.ts, received=turn.ts,
                                                       history={"text": said, "days": defaults.HISTORY_DAYS}

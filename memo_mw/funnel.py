@@ -80,6 +80,8 @@ class FunnelResult:
     recall_all: bool = False  # the message asks for everything remembered
     #: Why an explicit request to remember ("remember that …") is not kept; None when it is, or was none.
     declined: str | None = None
+    #: The message cleaned and PII-masked (what the chat history may keep: :meth:`Funnel.history_text`).
+    text: str = ""
 
     @property
     def captured(self) -> bool:
@@ -151,7 +153,7 @@ class Funnel:
         if forget is None:
             stage, candidates = self._capture(text, sentences, trace)
             return FunnelResult(stage, candidates=tuple(candidates), trace=tuple(trace), recall_all=recall_all,
-                                declined=self._declined(stage, text, trace))
+                                declined=self._declined(stage, text, trace), text=text)
         gate, what = forget
         trace.append(("forget", f"{gate.id} ({gate.scope})"))
         candidates = []
@@ -161,13 +163,13 @@ class Funnel:
             if rest:
                 candidates = self._capture(text, rest, trace)[1]
         return FunnelResult("forget", candidates=tuple(candidates), forget_scope=gate.scope, forget_match=what,
-                            trace=tuple(trace), recall_all=recall_all)
+                            trace=tuple(trace), recall_all=recall_all, text=text)
 
-    def history_text(self, message: str) -> str | None:
-        """The message as the chat history keeps it: cleaned, PII masked. None for a forget request
-        and for a message any sentence of which meets a sensitive gate: all of it stays out."""
-        text = mask_pii(self.clean(message or ""))
-        if not text or self._forget_request(text) is not None or self._gate_hit(self._sensitive_message, text):
+    def history_text(self, result: FunnelResult) -> str | None:
+        """What the chat history keeps of a processed message: its cleaned, PII-masked text. None for
+        a forget request and for a message any sentence of which meets a sensitive gate: all of it stays out."""
+        text = result.text
+        if not text or result.stage in ("forget", "sensitive") or self._gate_hit(self._sensitive_message, text):
             return None
         sentences = {sentence for _, _, sentence in clauses(text)}
         return None if any(self._gate_hit(self._sensitive_sentence, s) for s in sentences) else text

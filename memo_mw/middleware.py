@@ -186,7 +186,7 @@ class MemoryMiddleware:
         if forget:
             state = self._note_forget(user_id, forget_marker(result.forget_match, ts, now), state)
         new_raw = self._inject(environ, body, turn, user_id, state, result, now, analysis)
-        said = self._history_text(user_id, turn.message, result)
+        said = self._history_text(user_id, result)
         if forget:
             self._enqueue(FORGET, [self.db, user_id, result.forget_match, int(ts), "user request", now], user_id,
                           job_id="memo-forget-" + stable_id(user_id, result.forget_match or "", int(ts)))
@@ -199,13 +199,13 @@ class MemoryMiddleware:
                           pending=pending_part(payload))
         return new_raw
 
-    def _history_text(self, user_id: str, message: str, result: Any) -> str | None:
+    def _history_text(self, user_id: str, result: Any) -> str | None:
         """The message as the chat history keeps it, or None: history off (here or by the user), a
         forget request, a sensitive message, or a fault (the chat goes on without it)."""
-        if not self.history or result is None or result.stage in ("forget", "sensitive"):
+        if not self.history or result is None:
             return None
         try:
-            return self.funnel.history_text(message) if self.recaller.history_enabled(user_id) else None
+            return self.funnel.history_text(result) if self.recaller.history_enabled(user_id) else None
         except Exception:
             log.exception("memo-mw: could not prepare the message for the chat history")
             return None

@@ -76,8 +76,8 @@ class ReloadingFunnel:
     def is_recall_all(self, message: str) -> bool:
         return self.funnel.is_recall_all(message)
 
-    def history_text(self, message: str) -> str | None:
-        return self.funnel.history_text(message)
+    def history_text(self, result: FunnelResult) -> str | None:
+        return self.funnel.history_text(result)
 
     def check(self) -> None:
         """Look at the files if ``interval`` has passed (or the clock went back); reload on a change."""

@@ -207,3 +207,13 @@ def test_the_length_limit_is_a_clauses():
     result = funnel.process(story + "I'm a nurse in Leeds.")
     assert [c.content for c in result.candidates] == ["is a nurse in Leeds"]
     assert funnel.process("I like " + "very " * 60 + "long walks").stage in ("too_long", "unusable")
+
+
+def test_the_history_keeps_a_cleaned_masked_message_and_nothing_sensitive():
+    funnel = Funnel(load_rules())
+    kept = {message: funnel.history_text(funnel.process(message)) for message in (
+        "um, my neighbour plays the trumpet, call me at alice@example.com",
+        "I like jazz. I was diagnosed with diabetes last year.",  # one sensitive sentence: all of it out
+        "我有抑郁症", "forget that I like jazz", "我喜欢爵士乐，你呢？", "")}
+    assert list(kept.values()) == ["my neighbour plays the trumpet, call me at [email]", None, None, None,
+                                   "我喜欢爵士乐,你呢?", None]
