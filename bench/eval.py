@@ -27,6 +27,9 @@
    memory holds, beside "store every message" (each turn a memory), the share of turns that
    produced a memory, and the share of memories that hold no persona line. "Holds" is ``holds``:
    at least half of the line's content tokens (``fact_tokens``) are in the memory's key or content.
+4. chat history: MemoryBank's probing questions (bench/memorybank.py, gold user messages in
+   ``tests/data/memorybank_probing_gold.jsonl``), with the history off and on, beside BM25 over
+   every user message (top 3). The preference-then-request pairs are ``bench/recall_pairs.py``.
 """
 
 from __future__ import annotations
@@ -515,6 +518,9 @@ def print_report(report: dict) -> None:
     if "recall" in report:
         print_recall(report)
         print()
+    if "memorybank" in report:
+        print_memorybank(report["memorybank"])
+        print()
     if "persona_chat" in report:
         print_persona_chat(report["persona_chat"])
         print()
@@ -534,6 +540,21 @@ def print_recall(report: dict) -> None:
             print(f"  {lang:<4} {system:<24}{cells} {m['empty']:>6}")
         print(f"       (now {row['now']}, {row['dialogues']} dialogues, {row['memories']} memories, {row['users']} users, "
               f"{row['rows']} rows stored for {row['memories_of_queried_users']} memories: same text, one row)")
+
+
+def print_memorybank(rows: dict) -> None:
+    print("MemoryBank probing questions (each user's days through the middleware, then each question a day later):"
+          " share whose block holds a gold message")
+    print(f"  {'lang':<4} {'system':<26} {'n':>4} {'held':>6} {'query':>6} {'resp.':>6}")
+    for lang, by_setting in rows.items():
+        for setting, row in by_setting.items():
+            for system, m in row.items():
+                if system == "BM25 top 3" and setting == "memories only":
+                    continue  # (the same in both settings)
+                name = system if system.startswith("BM25") else f"memo-mw, {setting}"
+                print(f"  {lang:<4} {name:<26} {m['questions']:>4} {m['held']:>6.3f} "
+                      f"{m['held, answer in the query']:>6.3f} {m['held, answer in the response']:>6.3f}")
+    print("  (query / resp.: questions whose answer the user said / the assistant said, gold = the user's message there)")
 
 
 def print_persona_chat(row: dict) -> None:
@@ -556,6 +577,8 @@ def print_persona_chat(row: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench.memorybank import probing_eval
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     which = parser.add_mutually_exclusive_group()
@@ -584,6 +607,9 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="memo-eval-") as tmp:
             for lang in ("zh", "en"):
                 report["recall"][lang] = recall_eval(lang, args.query, Path(tmp), funnel, args.now)
+            report["memorybank"] = {lang: {"memories only": probing_eval(lang, Path(tmp), history=False),
+                                           "with history": probing_eval(lang, Path(tmp), history=True)}
+                                    for lang in ("zh", "en")}
         with PERSONA_CHAT.open(newline="", encoding="utf-8") as stream:
             report["persona_chat"] = persona_chat_eval(read_persona_chat(stream), funnel)
     report["seconds"] = time.perf_counter() - started

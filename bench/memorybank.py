@@ -101,6 +101,54 @@ def probing(lang: str, path: Path = GOLD) -> list[dict]:
     return out
 
 
+def probing_eval(lang: str, folder: Path, *, history: bool) -> dict:
+    """Each user's days of chat through the middleware (embedded mode, the message's time as the
+    clock), then each probing question a day later in a session of its own: is a gold message among
+    the source ids of what the block holds (memories, and past messages when ``history``)? Beside it,
+    BM25 over every message of the user, top 3. Questions without gold are left out."""
+    from flask import Flask, jsonify, request
+
+    from bench.eval import BM25
+    from memo_mw import MemoryMiddleware
+
+    asked = [q for q in probing(lang) if q["gold"]]
+    found = {"memo-mw": [], "BM25 top 3": []}
+    for n, (user, rows) in enumerate(turns(lang).items()):
+        now = [0.0]
+        app = Flask(f"probe-{lang}-{n}")
+
+        @app.post("/chat")
+        def chat():
+            shown = [*request.environ.get("memo.memories", []), *request.environ.get("memo.history", [])]
+            return jsonify(ids=sorted({i for m in shown for i in m.get("source_ids") or []}))
+
+        app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=str(folder / f"{lang}-{n}-{history}.db"),
+                                                     history=history, rules_reload_interval=None, clock=lambda: now[0])
+        client = app.test_client()
+        for row in rows:
+            now[0] = row["ts"]
+            client.post("/chat", json={"message": row["text"], "session_id": row["session_id"],
+                                       "message_id": row["message_id"], "ts": row["ts"]}, headers={"X-User-Id": user})
+        middleware.queue.join()
+        bm25 = BM25([row["text"] for row in rows])
+        for q in (q for q in asked if q["user"] == user):
+            now[0] = q["ts"]
+            ids = client.post("/chat", json={"message": q["question"], "session_id": "probe", "ts": q["ts"]},
+                              headers={"X-User-Id": user}).json["ids"]
+            found["memo-mw"].append((q["answer_in"], bool(set(q["gold"]) & set(ids))))
+            top = {rows[i]["message_id"] for i in bm25.rank(q["question"])[:3]}
+            found["BM25 top 3"].append((q["answer_in"], bool(set(q["gold"]) & top)))
+        middleware.queue.join()
+    return {system: {"questions": len(hits), "held": sum(h for _, h in hits) / len(hits),
+                     **{f"held, answer in the {kind}": _share([h for a, h in hits if a == kind])
+                        for kind in ("query", "response")}}
+            for system, hits in found.items()}
+
+
+def _share(hits: list[bool]) -> float:
+    return sum(hits) / len(hits) if hits else 0.0
+
+
 def _show(lang: str, user: str, width: int = 80) -> None:
     """Print a user's messages with their ids (and the start of each response), then their probing questions.
 
