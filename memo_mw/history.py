@@ -80,10 +80,9 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def rows(db: sqlite3.Connection, user_id: str, sql: str = "", args: Iterable[Any] = ()) -> list[dict[str, Any]]:
-    """The user's messages (``sql``: more conditions and an order), oldest first by default."""
-    found = db.execute(f"select {', '.join(COLUMNS)} from history where user_id = ? {sql or 'order by ts, id'}",
-                       [user_id, *args])
+def rows(db: sqlite3.Connection, user_id: str) -> list[dict[str, Any]]:
+    """The user's kept messages, oldest first."""
+    found = db.execute(f"select {', '.join(COLUMNS)} from history where user_id = ? order by ts, id", [user_id])
     return [dict(zip(COLUMNS, row)) for row in found]
 
 
@@ -98,8 +97,8 @@ def delete(db: sqlite3.Connection, user_id: str, ids: Iterable[int] | None) -> i
 def forget(db: sqlite3.Connection, user_id: str, marker: dict[str, Any], *, ts: int, now: bool) -> int:
     """Delete the messages a forget request names (its ``marker``: all, or those with its words),
     said by ``ts`` unless ``now`` (the web page and the CLI delete whatever is there)."""
-    said = rows(db, user_id, "" if now else "and ts <= ? order by id", [] if now else [int(ts)])
-    named = [m["id"] for m in said if names(marker, {"content": m["text"]})]
+    named = [m["id"] for m in rows(db, user_id)
+             if (now or m["ts"] <= ts) and names(marker, {"content": m["text"]})]
     return delete(db, user_id, named)
 
 
