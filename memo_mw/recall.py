@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
 from . import defaults, history
 from .forgetting import forgotten, without_forgotten
 from .state import EMPTY, UserState
@@ -198,12 +200,18 @@ def merge_pending(stored: list[dict[str, Any]], payloads: list[dict[str, Any]]) 
     return memories
 
 
-_BRACKETS = str.maketrans({c: "(" for c in "[［【〔〖⟦"} | {c: ")" for c in "]］】〕〗⟧"})
+# Every opening and closing punctuation mark (Unicode Ps, Pe; the quotes Pi, Pf are not brackets)
+# and the angle brackets; control and bidirectional-format characters.
+_OPENING = regex.compile(r"[\p{Ps}<＜﹤]")
+_CLOSING = regex.compile(r"[\p{Pe}>＞﹥]")
+_CONTROL = regex.compile(r"[\p{Cc}\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(text: str) -> str:
-    """Memory text is data: one line, and no bracket that could open, close or forge a marker."""
-    return " ".join(str(text).split()).translate(_BRACKETS)
+    """Memory text, past messages and session ids are data: one line, without control characters,
+    and no bracket of any script that could open, close or forge a marker: each is "(" or ")"."""
+    text = _CONTROL.sub(" ", str(text))
+    return _CLOSING.sub(")", _OPENING.sub("(", " ".join(text.split())))
 
 
 def _day(ts: float) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import random
+import sys
+import unicodedata
 
 import pytest
 
@@ -11,6 +14,7 @@ from memo_mw.funnel import Funnel
 from memo_mw.recall import (
     BLOCK_BEGIN,
     BLOCK_END,
+    HISTORY,
     PROFILE,
     RecallConfig,
     Recaller,
@@ -325,6 +329,26 @@ def test_a_memory_cannot_forge_a_marker_or_a_line(forged):
         assert text.startswith("- likes jazz")
         assert not any(c in text for c in "[]［］【】〔〕〖〗⟦⟧") and text.isprintable()
     assert block.count(BLOCK_END) == 1 and block.count(BLOCK_BEGIN) == 1 and block.count(PROFILE) == 1
+
+
+BRACKETS = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) in ("Ps", "Pe")]
+CONTROLS = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Cc"] + ["\u202e", "\u2066"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_no_bracket_or_control_character_of_any_script_reaches_the_block(seed):
+    rng = random.Random(seed)
+    def forged():
+        return "".join(rng.choice([*BRACKETS, *CONTROLS, "MEMORY_END", "<", ">", "＜", "＞", " ", "x"])
+                       for _ in range(60))
+    past = [{"source_ts": NOW, "content": forged()}]
+    block = format_block([memory(1, forged(), ts=NOW, source_session=forged())], [{"topic": "t", "text": forged()}],
+                         past)
+    lines = block.split("\n")
+    assert [lines[0], lines[3], lines[5], lines[-1]] == [BLOCK_BEGIN, HISTORY, PROFILE, BLOCK_END] and len(lines) == 8
+    for text in lines[1:3] + [lines[4], lines[6]]:
+        inner = text[len("[SOURCE:"):-1] if text.startswith("[SOURCE:") else text
+        assert not set(inner) & (set(BRACKETS) - set("()") | set(CONTROLS) | set("<>＜＞")) and inner.isprintable()
 
 
 def test_the_block_escapes_brackets_as_parentheses():
