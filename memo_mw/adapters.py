@@ -1,11 +1,17 @@
 """Request shapes, plain (``{"message": ...}``) and OpenAI chat (``{"messages": [...]}``): where
 the user, session and message are in a JSON body, and where the memory block goes (README, "Requests")."""
 
-import contextlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
 MAX_ID_CHARS = 256
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+class BadUserId(ValueError):
+    """A user id that is there but names no one (not UTF-8, or with a control character): the request
+    is refused with a 400, never read as some other user's."""
 
 
 @dataclass(slots=True)
@@ -21,12 +27,26 @@ class Turn:
 
 
 def header_user(environ: dict, key: str) -> str | None:
-    """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None."""
+    """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None. WSGI gives a
+    header's bytes as Latin-1 text; an id is those bytes read as UTF-8, the one way: ``\xe9t1`` is not
+    ``ét1`` (``\xc3\xa9t1``) but refused (BadUserId), as is a control character."""
     header = environ.get(key)
-    if isinstance(header, str):  # WSGI gives headers as latin-1: a UTF-8 id must match the same id in a body
-        with contextlib.suppress(UnicodeError):
-            header = header.encode("latin-1").decode("utf-8")
-    return clean_id(header)
+    if not isinstance(header, str):
+        return None
+    try:
+        header = header.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise BadUserId("the user id header is not UTF-8") from None
+    return user_id(header)
+
+
+def user_id(value: Any) -> str | None:
+    """A user id as :func:`clean_id` reads it; BadUserId for one with a control character (job keys,
+    hashes and logs must not read two users as one)."""
+    cleaned = clean_id(value)
+    if cleaned is not None and _CONTROL.search(cleaned):
+        raise BadUserId("a user id must not contain control characters")
+    return cleaned
 
 
 def clean_id(value: Any) -> str | None:

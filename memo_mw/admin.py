@@ -21,7 +21,7 @@ from flask import Blueprint, Response, jsonify, request, url_for
 
 from . import defaults, userdata
 from . import insights as profile
-from .adapters import clean_id, header_user
+from .adapters import BadUserId, header_user, user_id
 from .funnel import Funnel
 from .middleware import GetUser, MemoryMiddleware
 from .queue import LocalQueue, RedisQueue, make_queue
@@ -67,13 +67,18 @@ class Admin:
                 raise _Denied(403, "only the admin token may act for another user (?user=)")
             if self.admin_token is None or not hmac.compare_digest(token.encode(), self.admin_token.encode()):
                 raise _Denied(401, "the admin token is not valid")
-            user = clean_id(request.args.get("user"))
+            try:
+                user = user_id(request.args.get("user"))
+            except BadUserId as exc:
+                raise _Denied(400, str(exc)) from None
             if user is None:
                 raise _Denied(400, "?user= must name a user")
             return user, "admin token"
         try:
             user = (header_user(request.environ, self.user_header_key) if self.get_user is None
-                    else clean_id(self.get_user(request.environ, None)))
+                    else user_id(self.get_user(request.environ, None)))
+        except BadUserId as exc:
+            raise _Denied(400, str(exc)) from None
         except Exception:
             log.exception("memo-mw: get_user failed; the request has no identity")
             user = None

@@ -17,7 +17,7 @@ from rq import Queue, SimpleWorker, Worker
 
 from . import counters, defaults, maintenance
 from . import insights as profile
-from .adapters import Turn, clean_id, timestamp
+from .adapters import Turn, clean_id, timestamp, user_id
 from .cron import json_queue
 from .exceptions import MemoError
 from .forgetting import forget_marker
@@ -152,7 +152,7 @@ def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
 
 def _turn(record: dict[str, Any], text: str) -> tuple[str, Turn]:
     """A replayed line as the user and the turn the middleware would read from a request."""
-    user, ts = clean_id(record.get("user")), timestamp(record.get("ts"))
+    user, ts = user_id(record.get("user")), timestamp(record.get("ts"))
     if user is None:
         raise ValueError("no user (a non-empty string or number)")
     if ts is None:
@@ -252,7 +252,7 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, session: str
                 continue
             try:
                 ask = json.loads(line)
-                found = _recall(recaller, clean_id(ask["user"]), str(ask["query"]), clean_id(ask.get("session")),
+                found = _recall(recaller, user_id(ask["user"]), str(ask["query"]), clean_id(ask.get("session")),
                                 float(ask.get("now") or now or time.time()))
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise click.ClickException(f"line {number}: not a recall request ({exc!r})") from None

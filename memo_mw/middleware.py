@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import counters, defaults
-from .adapters import Turn, clean_id, header_user, inject, read_turn
+from .adapters import BadUserId, Turn, header_user, inject, read_turn, user_id
 from .forgetting import forget_marker
 from .queue import COUNT_TOPICS, FORGET, REMEMBER, TOUCH, LocalQueue, RedisQueue, make_queue, pending_part
 from .recall import RecallConfig, Recaller, format_block
@@ -110,18 +110,25 @@ class MemoryMiddleware:
             except Exception:
                 log.exception("memo-mw: could not read the request body; request passed through")
                 raw = None
-            if raw is not None:
-                self._handle_safely(environ, raw)
+            refused = None if raw is None else self._handle_safely(environ, raw)
+            if refused is not None:
+                body = json_utf8({"error": refused})
+                start_response("400 Bad Request", [("Content-Type", "application/json"),
+                                                   ("Content-Length", str(len(body)))])
+                return [body]
         return self.app(environ, start_response)
 
-    def _handle_safely(self, environ: dict, raw: bytes) -> None:
-        """Handle the turn, and leave a body the app can read whatever happens."""
+    def _handle_safely(self, environ: dict, raw: bytes) -> str | None:
+        """Handle the turn, and leave a body the app can read whatever happens; the reason when the
+        request names its user in a way that names no one (it is refused: 400)."""
         content_length = environ.get("CONTENT_LENGTH")
         new_raw = None
         try:
             if len(raw) == self._body_length(environ):  # a short body is a broken request: left as it is
                 environ["wsgi.input"] = io.BytesIO(raw)  # readable by get_user
                 new_raw = self._handle(environ, raw)
+        except BadUserId as exc:
+            return str(exc)
         except Exception:
             log.exception("memo-mw: memory step failed; request passed through unchanged")
             environ[ENVIRON_MEMORIES] = []
@@ -130,6 +137,7 @@ class MemoryMiddleware:
             environ.pop(ENVIRON_HISTORY, None)
         environ["wsgi.input"] = io.BytesIO(raw if new_raw is None else new_raw)
         environ["CONTENT_LENGTH"] = content_length if new_raw is None else str(len(new_raw))
+        return None
 
     # -- reading the request -----------------------------------------------------------
 
@@ -149,8 +157,8 @@ class MemoryMiddleware:
 
     def _user(self, environ: dict, body: Any, turn: Turn) -> str | None:
         if self.get_user is not None:
-            return clean_id(self.get_user(environ, body))
-        return header_user(environ, self.user_header_key) or (turn.body_user if self.body_user else None)
+            return user_id(self.get_user(environ, body))
+        return header_user(environ, self.user_header_key) or (user_id(turn.body_user) if self.body_user else None)
 
     # -- one turn ----------------------------------------------------------------------
 

@@ -106,5 +106,7 @@ def index_terms(user_id: str, words: Iterable[str]) -> list[str]:
 
 
 def stable_id(*parts: object) -> str:
-    """A short stable hash of the parts: the same inputs always give the same id."""
-    return hashlib.sha1("\x1f".join(str(p) for p in parts).encode("utf-8")).hexdigest()[:24]
+    """A short stable hash of the parts: the same inputs always give the same id, and different
+    parts never the same input (they are JSON-encoded, so no separator inside a part can shift them)."""
+    encoded = json.dumps([str(p) for p in parts], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    return hashlib.sha1(encoded).hexdigest()[:24]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memo_mw.adapters import MAX_ID_CHARS, Turn, clean_id, inject, read_turn
+from memo_mw.adapters import MAX_ID_CHARS, BadUserId, Turn, clean_id, header_user, inject, read_turn, user_id
 
 
 @pytest.mark.parametrize("value, expected", [
@@ -21,6 +21,30 @@ from memo_mw.adapters import MAX_ID_CHARS, Turn, clean_id, inject, read_turn
 ])
 def test_clean_id(value, expected):
     assert clean_id(value) == expected
+
+
+@pytest.mark.parametrize("header, expected", [
+    pytest.param("alice", "alice", id="ascii"),
+    pytest.param("ét1".encode().decode("latin-1"), "ét1", id="utf-8-bytes"),
+    pytest.param("\xe9t1", BadUserId, id="latin-1-bytes"),
+    pytest.param("a\x1fb", BadUserId, id="control"),
+    pytest.param("\u4e2d", BadUserId, id="not-bytes"),  # (no server hands over text above U+00FF)
+    pytest.param(None, None, id="absent"),
+])
+def test_a_header_id_is_its_bytes_read_as_utf8_the_one_way(header, expected):
+    environ = {} if header is None else {"HTTP_X_USER_ID": header}
+    if expected is BadUserId:
+        with pytest.raises(BadUserId):
+            header_user(environ, "HTTP_X_USER_ID")
+    else:
+        assert header_user(environ, "HTTP_X_USER_ID") == expected
+
+
+def test_user_id_refuses_control_characters_only():
+    assert user_id(" bob ") == "bob" and user_id(None) is None and user_id("josé 李") == "josé 李"
+    for bad in ("a\x00", "a\x7f", "a\x85b", "\tbob\t x"):
+        with pytest.raises(BadUserId):
+            user_id(bad)
 
 
 def test_plain_turn():

@@ -358,6 +358,42 @@ def test_utf8_header_matches_the_same_id_in_a_body(db, rules):
     assert "likes green tea" in contents(db, "josé")
 
 
+def refused(middleware, environ):
+    statuses = []
+    body = b"".join(middleware(environ, lambda status, headers, exc_info=None: statuses.append(status)))
+    return statuses, json.loads(body)
+
+
+@pytest.mark.parametrize("where", ["header", "body", "get_user"])
+@pytest.mark.parametrize("bad, reason", [
+    pytest.param("al\x1fice", "control characters", id="unit-separator"),
+    pytest.param("bob\nalice", "control characters", id="new-line"),
+    pytest.param("\x00", "control characters", id="nul"),
+])
+def test_a_user_id_with_a_control_character_is_refused(db, rules, where, bad, reason):
+    app, queue = RecordingApp(), RecordingQueue()
+    options = {"get_user": lambda environ, body: bad} if where == "get_user" else {}
+    environ = environ_for(plain(CAPTURED, user=bad if where == "body" else "x"),
+                          **({"HTTP_X_USER_ID": bad} if where == "header" else {}))
+    if where == "body":
+        environ.pop("HTTP_X_USER_ID", None)
+    statuses, body = refused(make(db, rules, app, queue=queue, **options), environ)
+    assert statuses == ["400 Bad Request"] and reason in body["error"]
+    assert app.calls == [] and queue.jobs == []  # the app never sees it, nothing is captured
+
+
+def test_a_header_that_is_not_utf8_is_refused_not_read_as_latin1(db, rules):
+    seed_tea_for(db, "ét1")
+    app, queue = RecordingApp(), RecordingQueue()
+    latin1 = "\xe9t1"  # the bytes e9 74 31 as a server hands them over (PEP 3333): not UTF-8
+    statuses, body = refused(make(db, rules, app, queue=queue), environ_for(plain(QUESTION, user="x"),
+                                                                           HTTP_X_USER_ID=latin1))
+    assert statuses == ["400 Bad Request"] and body == {"error": "the user id header is not UTF-8"}
+    run(make(db, rules, app, queue=queue), environ_for(plain(QUESTION, user="x"),
+                                                       HTTP_X_USER_ID="ét1".encode().decode("latin-1")))
+    assert recalled_users(app.last) == ["ét1"]  # the UTF-8 bytes of the same name are that user
+
+
 def test_get_user_is_the_only_source(db, rules):
     seed_tea_for(db, "carol", "alice", "mallory")
     seen = []

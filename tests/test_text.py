@@ -51,3 +51,5 @@ def test_stable_id_depends_only_on_its_parts():
     assert len(stable_id("u1", "likes tea")) == 24
     assert stable_id("u1", "likes tea") != stable_id("u1", "likes jazz")
     assert stable_id("a", "b") != stable_id("ab")  # the parts are kept apart
+    assert stable_id("a\x1fb", "c") != stable_id("a", "b\x1fc")  # whatever a part holds
+    assert stable_id('a", "b') != stable_id("a", "b")
