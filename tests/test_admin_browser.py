@@ -126,7 +126,8 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
         == ["style", "fact"]  # the emptied group is gone
     assert contents(db, "ana") == ["answer style: answer in Chinese", "lives in Berlin"]
     assert b"bossa nova" not in database_bytes(db)  # physically, not only from the page
-    assert audit(db, "ana") == [("delete", 1)] and audit(db, "bob") == []
+    # (the message that said it leaves the chat history too)
+    assert audit(db, "ana") == [("delete", 1), ("forget_history", 1)] and audit(db, "bob") == []
 
     # Edit a line: Edit, type, Enter; the focus is in the labelled field.
     item_of("lives in Berlin").find_element(By.CSS_SELECTOR, '[data-action="edit"]').click()
