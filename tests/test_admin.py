@@ -455,7 +455,8 @@ def test_export_is_a_json_download_of_everything_about_the_user(two_users, db):
     assert response.headers["Content-Disposition"] == 'attachment; filename="memo-export-alice.json"'
     assert response.headers["Cache-Control"] == "no-store"
     data = json.loads(response.data)
-    assert set(data) == {"user_id", "generated_at", "memories", "audit", "pending", "insights", "topic_counts"}
+    assert set(data) == {"user_id", "generated_at", "memories", "history", "history_enabled", "audit", "pending",
+                         "insights", "topic_counts"}
     assert data["insights"] == []  # none made yet (tests/test_insights.py exports some)
     assert data["user_id"] == "alice" and isinstance(data["generated_at"], int)
     assert sorted(m["content"] for m in data["memories"]) == [
