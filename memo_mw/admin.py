@@ -4,8 +4,8 @@ for ``?user=<id>``::
 
     app.register_blueprint(blueprint_for(middleware, admin_token=os.environ.get("MEMO_ADMIN_TOKEN")))
 
-Another user's memory or message is a 404. Changes need a JSON body, an ``X-Requested-With`` header or a bearer
-token, which a cross-site form cannot send."""
+Another user's memory or message is a 404. Changes need a JSON body, an ``X-Requested-With`` header
+or a bearer token, which a cross-site form cannot send."""
 
 import functools
 import hmac
