@@ -144,7 +144,9 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
         == ["style", "fact"]  # the emptied group is gone
     assert contents(db, "ana") == ["answer style: answer in Chinese", "lives in Berlin"]
     assert b"bossa nova" not in database_bytes(db)  # physically, not only from the page
-    # (the message that said it leaves the chat history too)
+    # (the message that said it leaves the chat history too, and the page's list)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "heading-history"), "Chat history (3)"))
+    assert "I like bossa nova" not in [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#history li .text")]
     assert audit(db, "ana") == [("delete_history", 1), ("delete", 1), ("forget_history", 1)] and audit(db, "bob") == []
 
     # Edit a line: Edit, type, Enter; the focus is in the labelled field.
@@ -158,6 +160,7 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "Saved, with personal data masked"))
     assert item_of("lives in Hamburg, mail me at [email]").is_displayed()
     assert contents(db, "ana") == ["answer style: answer in Chinese", "lives in Hamburg, mail me at [email]"]
+    wait.until(ec.text_to_be_present_in_element((By.ID, "heading-history"), "Chat history (2)"))  # "I live in Berlin"
 
     # Turn the chat history off: asked to confirm (dismissed: it stays on); then it is deleted and no more is kept.
     keep = browser.find_element(By.ID, "history-enabled")
