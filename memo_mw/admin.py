@@ -1,10 +1,11 @@
-"""See, correct and delete what is remembered: a Flask blueprint with a JSON API (``_ROUTES``) and a
-web page under ``/memo``, for the middleware's user; only the admin token may act for ``?user=<id>``::
+"""See, correct and delete what is remembered, and the chat history: a Flask blueprint with a JSON API
+(``_ROUTES``) and a web page under ``/memo``, for the middleware's user; only the admin token may act
+for ``?user=<id>``::
 
     app.register_blueprint(blueprint_for(middleware, admin_token=os.environ.get("MEMO_ADMIN_TOKEN")))
 
-Another user's memory is a 404. Changes need a JSON body, an ``X-Requested-With`` header or a bearer
-token, which a cross-site form cannot send."""
+Another user's memory or message is a 404. Changes need a JSON body, an ``X-Requested-With`` header
+or a bearer token, which a cross-site form cannot send."""
 
 import functools
 import hmac
@@ -187,11 +188,12 @@ def page(admin: Admin) -> Response:
         found = userdata.memories(store, user, **filters)
         total = len(found) if not any(filters.values()) else len(userdata.memories(store, user))
         insights = profile.read(store, user)
+        said, keeping = userdata.history(store, user, q=filters["q"]), userdata.history_enabled(store, user)
     groups = [(t, [m for m in found if m["type"] == t]) for t in userdata.TYPES]
     return _render(admin, "admin.html", user=user, groups=[g for g in groups if g[1]], count=len(found),
                    insights=insights, total=total, filters=filters, types=userdata.TYPES,
                    statuses=userdata.STATUSES, api=url_for(".list_memories"), export=url_for(".export"),
-                   max_chars=MAX_EDIT_CHARS)
+                   max_chars=MAX_EDIT_CHARS, history=said, keeping=keeping, history_api=url_for(".list_history"))
 
 
 def list_memories(admin: Admin) -> Response:
@@ -257,6 +259,44 @@ def forget_me(admin: Admin) -> Response:
     return jsonify(deleted=count, queue_reached=reached)
 
 
+def list_history(admin: Admin) -> Response:
+    user, _ = admin.user()
+    with Store(admin.db) as store:
+        found = userdata.history(store, user, q=request.args.get("q"))
+        keeping = userdata.history_enabled(store, user)
+    return jsonify(user_id=user, count=len(found), enabled=keeping, history=found)
+
+
+def delete_message(admin: Admin, message_id: str) -> Response:
+    """One message of the user's history; 404 for another user's, as for one that does not exist."""
+    user, reason = admin.user()
+    count = 0
+    if _DIGITS.fullmatch(message_id):
+        with Store(admin.db) as store:
+            count = userdata.delete_history(store, user, int(message_id), ts=int(admin.clock()), reason=reason)
+    if not count:
+        raise _Denied(404, "no such message")
+    return jsonify(deleted=count, id=int(message_id))
+
+
+def delete_history(admin: Admin) -> Response:
+    user, reason = admin.user()
+    with Store(admin.db) as store:
+        count = userdata.delete_history(store, user, ts=int(admin.clock()), reason=reason)
+    return jsonify(deleted=count)
+
+
+def set_history(admin: Admin) -> Response:
+    """Turn the user's chat history on or off (off deletes what is kept)."""
+    user, reason = admin.user()
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict) or set(body) != {"enabled"} or not isinstance(body["enabled"], bool):
+        raise _Denied(400, 'send a JSON object {"enabled": true or false} and nothing else')
+    with Store(admin.db) as store:
+        count = userdata.set_history(store, user, body["enabled"], ts=int(admin.clock()), reason=reason)
+    return jsonify(enabled=body["enabled"], deleted=count)
+
+
 def list_insights(admin: Admin) -> Response:
     user, _ = admin.user()
     with Store(admin.db) as store:
@@ -281,6 +321,10 @@ _ROUTES = (
     ("/api/memories/<memory_id>", "PATCH", edit_memory),
     ("/api/memories/<memory_id>", "DELETE", delete_memory),
     ("/api/memories", "DELETE", forget_me),
+    ("/api/history", "GET", list_history),
+    ("/api/history/<message_id>", "DELETE", delete_message),
+    ("/api/history", "DELETE", delete_history),
+    ("/api/history/enabled", "PUT", set_history),
     ("/api/export", "GET", export),
 )
 

@@ -1,12 +1,15 @@
-"""What the store holds about one user, for that user to see, correct and delete, without Flask.
-Every function touches one user's rows only: another user's memory id is the same as one that does
-not exist. Edits are PII-masked; deletions are physical and audited by count, never content."""
+"""What the store holds about one user, for that user to see, correct and delete, without Flask:
+memories and chat history. Every function touches one user's rows only: another user's memory or
+message id is the same as one that does not exist. Edits are PII-masked; deletions are physical and
+audited by count, never content."""
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from . import counters
+from . import history as chat
 from . import insights as profile
 from .forgetting import forget_marker, without_slot
 from .jobs import forget_waiting as forget_waiting_jobs
@@ -20,6 +23,8 @@ log = logging.getLogger(__name__)
 #: Memory types and statuses, in the order the page shows them.
 TYPES = ("style", "preference", "fact", "task", "commitment")
 STATUSES = ("active", "pending_confirm", "superseded")
+#: A history message's fields as the user sees and exports them.
+HISTORY_FIELDS = ("id", "session_id", "message_id", "ts", "text")
 
 
 def memories(store: Store, user_id: str, *, type: str | None = None, status: str | None = None,
@@ -30,9 +35,40 @@ def memories(store: Store, user_id: str, *, type: str | None = None, status: str
     where = " and ".join(["user_id = ?", *(sql for sql, _ in narrowing)])
     rows = store.rows(f"where {where} order by id", [user_id, *(value for _, value in narrowing)])
     if q:
-        needle = nfkc(q).casefold().strip()
-        rows = [m for m in rows if any(needle in nfkc(m[f] or "").casefold() for f in ("content", "excerpt", "key"))]
+        rows = [m for m in rows if any(_contains(m[f], q) for f in ("content", "excerpt", "key"))]
     return rows
+
+
+def _contains(text: str | None, q: str) -> bool:
+    return nfkc(q).casefold().strip() in nfkc(text or "").casefold()
+
+
+def history(store: Store, user_id: str, *, q: str | None = None) -> list[dict[str, Any]]:
+    """The user's chat history (masked messages), oldest first; ``q`` as for :func:`memories`."""
+    return [{f: m[f] for f in HISTORY_FIELDS} for m in chat.rows(store.db, user_id) if not q or _contains(m["text"], q)]
+
+
+def history_enabled(store: Store, user_id: str) -> bool:
+    return chat.enabled(store.db, user_id)
+
+
+def delete_history(store: Store, user_id: str, message_id: int | None = None, *, ts: int, reason: str) -> int:
+    """Physically delete one of the user's history messages (None: all); how many went (audit ``delete_history``)."""
+    ids = None if message_id is None else [message_id]
+    return _drop_history(store, user_id, lambda: chat.delete(store.db, user_id, ids), ts=ts, reason=reason)
+
+
+def set_history(store: Store, user_id: str, on: bool, *, ts: int, reason: str) -> int:
+    """Turn the user's chat history on or off; off deletes what is kept, as :func:`delete_history`."""
+    return _drop_history(store, user_id, lambda: chat.set_enabled(store.db, user_id, on, ts=ts), ts=ts, reason=reason)
+
+
+def _drop_history(store: Store, user_id: str, drop: Callable[[], int], *, ts: int, reason: str) -> int:
+    with store.write():
+        if count := drop():
+            store.audit_row(user_id, "delete_history", count, ts=ts, reason=reason)
+    store.vacuum_deleted()
+    return count
 
 
 def one_line(text: str) -> str:
@@ -102,8 +138,10 @@ def delete(store: Store, user_id: str, memory_id: int, *, ts: int, reason: str) 
 
 
 def export(store: Store, user_id: str, *, now: int) -> dict[str, Any]:
-    """Everything stored about the user: memories of every status, audit rows, insights and topic counts."""
+    """Everything stored about the user: memories of every status, chat history, audit rows, insights
+    and topic counts."""
     return {"user_id": user_id, "generated_at": now, "memories": memories(store, user_id),
+            "history": history(store, user_id), "history_enabled": history_enabled(store, user_id),
             "audit": store.audit(user_id), "insights": profile.read(store, user_id),
             "topic_counts": counters.rows(store, user_id)}
 

@@ -1,4 +1,5 @@
-"""The memories API and page (memo_mw.admin): every route, every way of asking, real SQLite and Redis."""
+"""The memories and chat history API and page (memo_mw.admin): every route, every way of asking, real
+SQLite and Redis."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from flask import Flask, jsonify, request
 from werkzeug.http import parse_cookie
 
-from memo_mw import MemoryMiddleware
+from memo_mw import MemoryMiddleware, userdata
 from memo_mw.adapters import Turn
 from memo_mw.admin import blueprint_for, create_blueprint
 from memo_mw.middleware import remember_payload
@@ -76,6 +77,11 @@ def audit_rows(db, user):
         return [(a["action"], a["count"], a["reason"]) for a in store.audit(user)]
 
 
+def history_texts(db, user):
+    with Store(db) as store:
+        return [m["text"] for m in userdata.history(store, user)]
+
+
 def stored(db, user, memory_id):
     with Store(db) as store:
         return store.get(user, memory_id)
@@ -119,6 +125,10 @@ ROUTES = [
     pytest.param("delete", "/memo/api/memories/{id}", id="delete"),
     pytest.param("delete", "/memo/api/memories", id="forget-me"),
     pytest.param("get", "/memo/api/export", id="export"),
+    pytest.param("get", "/memo/api/history", id="history"),
+    pytest.param("delete", "/memo/api/history/{id}", id="delete-message"),
+    pytest.param("delete", "/memo/api/history", id="delete-history"),
+    pytest.param("put", "/memo/api/history/enabled", id="history-off"),
 ]
 
 AUTH_CASES = [
@@ -139,7 +149,8 @@ AUTH_CASES = [
 def test_requests_without_a_valid_identity_are_refused(two_users, db, method, path, headers, query, status):
     app, client = two_users
     memory_id = alice_id(db, "plays tennis every sunday")
-    kwargs = {"json": {"content": "plays golf"}} if method == "patch" else {}
+    kwargs = {"json": {"content": "plays golf"}} if method == "patch" else {"json": {"enabled": False}} \
+        if method == "put" else {}
     response = getattr(client, method)(path.format(id=memory_id) + query,
                                        headers={**headers, "X-Requested-With": "test"}, **kwargs)
     assert response.status_code == status
@@ -150,6 +161,7 @@ def test_requests_without_a_valid_identity_are_refused(two_users, db, method, pa
     assert contents(db, "alice") == ["answer style: answer in Chinese", "dislikes running", "likes running",
                                      "plays tennis every sunday", "喜欢喝乌龙茶"]
     assert audit_rows(db, "alice") == [] and audit_rows(db, "bob") == []
+    assert len(history_texts(db, "alice")) == 5
 
 
 def test_without_user_param_an_authorization_header_is_the_apps_business(two_users, db):
@@ -437,12 +449,101 @@ def test_changes_a_cross_site_form_could_send_are_refused(two_users, db, headers
     """A cross-site form or a simple request cannot set X-Requested-With, a JSON type or Authorization."""
     app, client = two_users
     memory_id = alice_id(db, "plays tennis every sunday")
+    message_id = client.get("/memo/api/history", headers={"X-User-Id": "alice"}).json["history"][0]["id"]
     for method, path in (("delete", f"/memo/api/memories/{memory_id}"), ("delete", "/memo/api/memories"),
-                         ("patch", f"/memo/api/memories/{memory_id}")):
+                         ("patch", f"/memo/api/memories/{memory_id}"), ("delete", f"/memo/api/history/{message_id}"),
+                         ("delete", "/memo/api/history"), ("put", "/memo/api/history/enabled")):
         response = getattr(client, method)(path, headers={"X-User-Id": "alice", **headers}, **kwargs)
         assert response.status_code == 403 and "X-Requested-With" in response.json["error"]
-    assert len(contents(db, "alice")) == 5
+    assert len(contents(db, "alice")) == 5 and len(history_texts(db, "alice")) == 5
     assert client.post("/memo/api/memories", headers={"X-User-Id": "alice"}).status_code == 405
+
+
+# -- chat history ---------------------------------------------------------------------
+
+ALICE_SAID = ["I like running", "from now on answer in Chinese", "I play tennis every sunday", "我喜欢喝乌龙茶",
+              "I'm not into running anymore"]
+
+
+def test_history_lists_the_users_own_messages(two_users, db):
+    app, client = two_users
+    listed = client.get("/memo/api/history", headers={"X-User-Id": "alice"}).json
+    assert (listed["user_id"], listed["count"], listed["enabled"]) == ("alice", 5, True)
+    assert [m["text"] for m in listed["history"]] == ALICE_SAID
+    assert [m["text"] for m in client.get("/memo/api/history?q=RUNNING", headers={"X-User-Id": "alice"}).json[
+        "history"]] == ["I like running", "I'm not into running anymore"]
+    assert client.get("/memo/api/history?q=oolong", headers={"X-User-Id": "alice"}).json["count"] == 0
+    by_token = client.get("/memo/api/history?user=bob", headers={"Authorization": f"Bearer {TOKEN}"}).json
+    assert [m["text"] for m in by_token["history"]] == ["I love zanzibarian oolong", "I live in Reykjavik"]
+
+
+def test_delete_one_message_is_physical_and_audited(two_users, db):
+    app, client = two_users
+    say(client, "alice", "Tell me a joke about penguins", ts=1_700_000_100)
+    settle(app)
+    penguins = client.get("/memo/api/history?q=penguins", headers={"X-User-Id": "alice"}).json["history"][0]["id"]
+    assert b"penguins" in database_bytes(db) and index_terms("alice", ["penguin"])[0].encode() in database_bytes(db)
+    response = client.delete(f"/memo/api/history/{penguins}", headers=as_user("alice"))
+    assert response.status_code == 200 and response.json == {"deleted": 1, "id": penguins}
+    assert history_texts(db, "alice") == ALICE_SAID
+    assert b"penguins" not in database_bytes(db)
+    assert index_terms("alice", ["penguin"])[0].encode() not in database_bytes(db)
+    assert audit_rows(db, "alice") == [("delete_history", 1, "user, memo page or API")]
+    assert client.delete(f"/memo/api/history/{penguins}", headers=as_user("alice")).status_code == 404
+
+
+def test_delete_of_another_users_message_is_a_404(two_users, db):
+    app, client = two_users
+    bobs = [m["id"] for m in client.get("/memo/api/history", headers={"X-User-Id": "bob"}).json["history"]]
+    for message_id in [*bobs, 999999, "x", "enabled"]:
+        response = client.delete(f"/memo/api/history/{message_id}", headers=as_user("alice"))
+        assert response.status_code == 404 and response.json == {"error": "no such message"}
+    assert history_texts(db, "bob") == ["I love zanzibarian oolong", "I live in Reykjavik"]
+    assert audit_rows(db, "alice") == [] and len(history_texts(db, "alice")) == 5
+
+
+def test_delete_all_history_is_the_users_own_and_keeps_the_memories(two_users, db):
+    app, client = two_users
+    say(client, "alice", "Tell me a joke about penguins", ts=1_700_000_100)
+    settle(app)
+    response = client.delete("/memo/api/history", headers=as_user("alice"))
+    assert response.status_code == 200 and response.json == {"deleted": 6}
+    assert history_texts(db, "alice") == [] and b"penguins" not in database_bytes(db)
+    assert history_texts(db, "bob") == ["I love zanzibarian oolong", "I live in Reykjavik"]
+    assert len(contents(db, "alice")) == 5
+    assert audit_rows(db, "alice") == [("delete_history", 6, "user, memo page or API")]
+
+
+def test_turning_history_off_deletes_it_and_keeps_no_more_messages(two_users, db):
+    app, client = two_users
+    response = client.put("/memo/api/history/enabled", json={"enabled": False}, headers={"X-User-Id": "alice"})
+    assert response.status_code == 200 and response.json == {"enabled": False, "deleted": 5}
+    assert client.get("/memo/api/history", headers={"X-User-Id": "alice"}).json["enabled"] is False
+    assert audit_rows(db, "alice") == [("delete_history", 5, "user, memo page or API")]
+    say(client, "alice", "Any news about the comet", ts=1_700_000_100)  # through the middleware
+    settle(app)
+    assert history_texts(db, "alice") == [] and b"comet" not in database_bytes(db)
+    assert len(history_texts(db, "bob")) == 2
+    assert client.put("/memo/api/history/enabled", json={"enabled": True},
+                      headers={"X-User-Id": "alice"}).json == {"enabled": True, "deleted": 0}
+    say(client, "alice", "Any news about the eclipse", ts=1_700_000_200)
+    settle(app)
+    assert history_texts(db, "alice") == ["Any news about the eclipse"]
+
+
+@pytest.mark.parametrize("kwargs", [
+    pytest.param({"json": {"enabled": "no"}}, id="not-a-bool"),
+    pytest.param({"json": {"enabled": 0}}, id="a-number"),
+    pytest.param({"json": {}}, id="empty"),
+    pytest.param({"json": {"enabled": False, "also": 1}}, id="more"),
+    pytest.param({"headers": {"X-Requested-With": "t"}}, id="no-body"),
+])
+def test_history_switch_refuses_a_bad_body(two_users, db, kwargs):
+    app, client = two_users
+    headers = {"X-User-Id": "alice", **kwargs.pop("headers", {})}
+    response = client.put("/memo/api/history/enabled", headers=headers, **kwargs)
+    assert response.status_code == 400 and "enabled" in response.json["error"]
+    assert len(history_texts(db, "alice")) == 5
 
 
 # -- export ---------------------------------------------------------------------------
@@ -455,12 +556,17 @@ def test_export_is_a_json_download_of_everything_about_the_user(two_users, db):
     assert response.headers["Content-Disposition"] == 'attachment; filename="memo-export-alice.json"'
     assert response.headers["Cache-Control"] == "no-store"
     data = json.loads(response.data)
-    assert set(data) == {"user_id", "generated_at", "memories", "audit", "pending", "insights", "topic_counts"}
+    assert set(data) == {"user_id", "generated_at", "memories", "history", "history_enabled", "audit", "pending",
+                         "insights", "topic_counts"}
     assert data["insights"] == []  # none made yet (tests/test_insights.py exports some)
     assert data["user_id"] == "alice" and isinstance(data["generated_at"], int)
     assert sorted(m["content"] for m in data["memories"]) == [
         "answer style: answer in Chinese", "dislikes running", "likes running", "喜欢喝乌龙茶"]
     assert {m["status"] for m in data["memories"]} == {"active", "superseded"}
+    assert [m["text"] for m in data["history"]] == [  # the deleted memory's message went with it
+        "I like running", "from now on answer in Chinese", "我喜欢喝乌龙茶", "I'm not into running anymore"]
+    assert set(data["history"][0]) == {"id", "session_id", "message_id", "ts", "text"}
+    assert data["history_enabled"] is True
     assert [(a["action"], a["count"]) for a in data["audit"]] == [("delete", 1), ("forget_history", 1)]
     assert data["pending"] == []
     for word in BOB_WORDS:
@@ -608,6 +714,9 @@ def test_page_shows_the_users_memories_grouped_by_type(two_users, db):
     assert 'aria-label="Delete: plays tennis every sunday"' in html and 'for="edit-' in html
     assert '<dialog id="confirm-all"' in html and 'data-api="/memo/api/memories"' in html
     assert "replaced by a newer one" in html  # the superseded "likes running"
+    assert 'data-api="/memo/api/history"' in html and 'id="history"' in html
+    assert 'aria-label="Delete message: I play tennis every sunday"' in html
+    assert '<input type="checkbox" id="history-enabled" checked> Keep my chat history' in html
     for word in ("zanzibarian", "Reykjavik"):
         assert word not in html
     policy = response.headers["Content-Security-Policy"]
@@ -618,20 +727,27 @@ def test_page_shows_the_users_memories_grouped_by_type(two_users, db):
 
 def test_page_filters(two_users):
     app, client = two_users
-    html = client.get("/memo/?type=fact", headers={"X-User-Id": "alice"}).data.decode()
-    assert "plays tennis every sunday" in html and "喜欢喝乌龙茶" not in html
+    memories, history = client.get("/memo/?type=fact", headers={"X-User-Id": "alice"}).data.decode().split(
+        'id="history"')
+    assert "plays tennis every sunday" in memories and "喜欢喝乌龙茶" not in memories
+    assert "喜欢喝乌龙茶" in history  # the type and status are the memories'; the search is for both
+    memories, history = client.get("/memo/?q=tennis", headers={"X-User-Id": "alice"}).data.decode().split(
+        'id="history"')
+    assert "Delete message: I play tennis every sunday" in history and "Delete message: I like" not in history
     html = client.get("/memo/?q=oolong", headers={"X-User-Id": "alice"}).data.decode()
-    assert "Nothing matches." in html
+    assert "Nothing matches." in html and "No messages kept that match." in html
 
 
 def test_page_escapes_memory_text(db, rules):
     with Store(db) as store:
         store.remember({"user_id": "alice", "ts": 1, "candidates": [{
             "type": "fact", "key": "x", "polarity": 1, "content": '<img src=x onerror="alert(1)">',
-            "excerpt": "</q><script>alert(2)</script>", "confidence": 0.7}]})
+            "excerpt": "</q><script>alert(2)</script>", "confidence": 0.7}],
+            "history": {"text": "</span><script>alert(3)</script>", "days": None}})
     html = make_app(db, rules).test_client().get("/memo/", headers={"X-User-Id": "alice"}).data.decode()
     assert "<img src=x" not in html and "&lt;img src=x onerror=&#34;alert(1)&#34;&gt;" in html
     assert "<script>alert(2)" not in html
+    assert "<script>alert(3)" not in html and "&lt;/span&gt;&lt;script&gt;alert(3)" in html
 
 
 def test_page_without_identity_is_a_401_page(db, rules):
@@ -645,6 +761,7 @@ def test_page_without_identity_is_a_401_page(db, rules):
 def test_page_of_a_user_with_no_memories(db, rules):
     html = make_app(db, rules).test_client().get("/memo/", headers={"X-User-Id": "nobody"}).data.decode()
     assert "Nothing is remembered about you." in html and 'id="delete-all"' not in html
+    assert "No messages kept." in html and 'id="delete-history" class="danger" hidden' in html
 
 
 # -- mounting -------------------------------------------------------------------------

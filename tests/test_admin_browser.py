@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from werkzeug.serving import make_server
 
+from memo_mw import userdata
 from memo_mw.demo import create_app
 from memo_mw.store import Store
 
@@ -77,6 +78,11 @@ def audit(db: str, user: str) -> list[tuple[str, int]]:
         return [(a["action"], a["count"]) for a in store.audit(user)]
 
 
+def history(db: str, user: str) -> list[str]:
+    with Store(db) as store:
+        return [m["text"] for m in userdata.history(store, user)]
+
+
 def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -88,13 +94,15 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     # Another user's memory, which the page must never show nor touch.
     app.test_client().post("/chat", json={"message": "I love zanzibarian oolong"}, headers={"X-User-Id": "bob"})
 
-    # The chat page: pick a user id, say three things.
+    # The chat page: pick a user id, say three things to remember and two that go only to the chat history.
     browser.get(base + "/")
     user = browser.find_element(By.ID, "user")
     user.clear()
     user.send_keys("ana")
     message = browser.find_element(By.ID, "message")
-    for i, text in enumerate(["I like bossa nova", "from now on answer in Chinese", "I live in Berlin"], start=1):
+    said = ["I like bossa nova", "from now on answer in Chinese", "I live in Berlin", "Tell me a joke about penguins",
+            "What is the weather like in Lisbon"]
+    for i, text in enumerate(said, start=1):
         message.send_keys(text, Keys.ENTER)
         wait.until(lambda d, i=i: len(d.find_elements(By.CSS_SELECTOR, "#log .bot")) == i)
     app.wsgi_app.queue.join()
@@ -112,6 +120,16 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
         item = section.find_element(By.TAG_NAME, "li")
         assert item.find_element(By.TAG_NAME, "time").text[:2] == "20"  # a date, YYYY-MM-DD
     assert "zanzibarian" not in browser.page_source
+    assert [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#history li .text")] == said
+
+    # Delete one message of the chat history.
+    penguins = browser.find_element(By.CSS_SELECTOR, '[aria-label="Delete message: Tell me a joke about penguins"]')
+    penguins.click()
+    wait.until(ec.staleness_of(penguins))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "Deleted the message."))
+    assert browser.find_element(By.ID, "heading-history").text == "Chat history (4)"
+    assert history(db, "ana") == [t for t in said if "penguins" not in t] and b"penguins" not in database_bytes(db)
+    assert audit(db, "ana") == [("delete_history", 1)]
 
     def item_of(text):
         return next(li for li in browser.find_elements(By.CSS_SELECTOR, "#memories li")
@@ -126,8 +144,10 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
         == ["style", "fact"]  # the emptied group is gone
     assert contents(db, "ana") == ["answer style: answer in Chinese", "lives in Berlin"]
     assert b"bossa nova" not in database_bytes(db)  # physically, not only from the page
-    # (the message that said it leaves the chat history too)
-    assert audit(db, "ana") == [("delete", 1), ("forget_history", 1)] and audit(db, "bob") == []
+    # (the message that said it leaves the chat history too, and the page's list)
+    wait.until(ec.text_to_be_present_in_element((By.ID, "heading-history"), "Chat history (3)"))
+    assert "I like bossa nova" not in [t.text for t in browser.find_elements(By.CSS_SELECTOR, "#history li .text")]
+    assert audit(db, "ana") == [("delete_history", 1), ("delete", 1), ("forget_history", 1)] and audit(db, "bob") == []
 
     # Edit a line: Edit, type, Enter; the focus is in the labelled field.
     item_of("lives in Berlin").find_element(By.CSS_SELECTOR, '[data-action="edit"]').click()
@@ -140,6 +160,25 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "Saved, with personal data masked"))
     assert item_of("lives in Hamburg, mail me at [email]").is_displayed()
     assert contents(db, "ana") == ["answer style: answer in Chinese", "lives in Hamburg, mail me at [email]"]
+    wait.until(ec.text_to_be_present_in_element((By.ID, "heading-history"), "Chat history (2)"))  # "I live in Berlin"
+
+    # Turn the chat history off: asked to confirm (dismissed: it stays on); then it is deleted and no more is kept.
+    keep = browser.find_element(By.ID, "history-enabled")
+    assert keep.is_selected() and browser.find_element(By.XPATH, '//label[.//*[@id="history-enabled"]]').text \
+        == "Keep my chat history"
+    keep.click()
+    wait.until(ec.alert_is_present()).dismiss()
+    assert keep.is_selected() and len(history(db, "ana")) == 2
+    keep.click()
+    wait.until(ec.alert_is_present()).accept()
+    wait.until(ec.text_to_be_present_in_element((By.ID, "status"), "Your chat history is off; 2 deleted."))
+    assert not keep.is_selected() and browser.find_elements(By.CSS_SELECTOR, "#history li") == []
+    assert browser.find_element(By.ID, "history-empty").is_displayed()
+    assert history(db, "ana") == [] and b"Lisbon" not in database_bytes(db)
+    app.test_client().post("/chat", json={"message": "Any news about the comet"}, headers={"X-User-Id": "ana"})
+    app.wsgi_app.queue.join()
+    assert history(db, "ana") == [] and b"comet" not in database_bytes(db)
+    assert history(db, "bob") == ["I love zanzibarian oolong"]
 
     # Delete everything: a confirmation first; Cancel keeps everything.
     browser.find_element(By.ID, "delete-all").click()
@@ -175,3 +214,4 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     browser.refresh()
     wait.until(ec.presence_of_element_located((By.ID, "empty")))
     assert browser.find_elements(By.CSS_SELECTOR, "#memories li") == []
+    assert not browser.find_element(By.ID, "history-enabled").is_selected()

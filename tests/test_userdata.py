@@ -1,5 +1,6 @@
-"""What one user sees, corrects and deletes (memo_mw.userdata), called directly on a real SQLite
-file: every function touches that user's rows only, and edited or deleted text leaves the files."""
+"""What one user sees, corrects and deletes (memo_mw.userdata), memories and chat history, called
+directly on a real SQLite file: every function touches that user's rows only, and edited or deleted
+text leaves the files."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ from memo_mw.middleware import remember_payload
 from memo_mw.queue import LocalQueue
 from memo_mw.rules import load_rules
 from memo_mw.store import Store
+from memo_mw.text import index_terms
 
 T0 = 1_700_000_000
 ALICE = ("I like running", "from now on answer in Chinese", "I play tennis every sunday", "我喜欢喝乌龙茶",
          "I'm not into running anymore")
 BOB = ("I love zanzibarian oolong", "I live in Reykjavik")
+#: Chat messages that state nothing to remember: they are only in the history.
+ALICE_CHAT = ("What is the weather like in Lisbon", "Tell me a joke about penguins", "推荐一本关于长城的书")
+BOB_CHAT = ("Translate quokka into French",)
 
 
 @pytest.fixture(scope="module")
@@ -27,11 +32,13 @@ def funnel():
     return Funnel(load_rules(None))
 
 
-def say(store, funnel, user, *messages, ts=T0):
-    """Messages through the shipped rules into the store, as the worker writes them."""
+def say(store, funnel, user, *messages, ts=T0, history=False):
+    """Messages through the shipped rules into the store, as the worker writes them (``history``: kept there too)."""
     for i, text in enumerate(messages):
         turn = Turn("plain", text, None, "s", f"{user}-{ts + i}", ts + i)
-        store.remember(remember_payload(funnel.process(text), user_id=user, turn=turn, ts=ts + i, received=ts + i))
+        said = {"text": funnel.history_text(text), "days": None} if history else None
+        store.remember(remember_payload(funnel.process(text), user_id=user, turn=turn, ts=ts + i, received=ts + i,
+                                        history=said))
 
 
 @pytest.fixture
@@ -40,6 +47,14 @@ def store(db, funnel):
         say(store, funnel, "alice", *ALICE)
         say(store, funnel, "bob", *BOB)
         yield store
+
+
+@pytest.fixture
+def chats(store, funnel):
+    """The store, with a chat history for alice and bob."""
+    say(store, funnel, "alice", *ALICE_CHAT, ts=T0 + 10, history=True)
+    say(store, funnel, "bob", *BOB_CHAT, ts=T0 + 20, history=True)
+    return store
 
 
 def database_bytes(db: str) -> bytes:
@@ -112,23 +127,87 @@ def test_delete_is_physical_and_audited(store, db):
     assert userdata.delete(store, "alice", tennis, ts=T0, reason="test") is None
 
 
-def test_one_user_never_reaches_another_users_memories(store, db):
+def test_one_user_never_reaches_another_users_memories(chats, db):
+    store = chats
     before = contents(store, "bob")
     for bobs in [m["id"] for m in userdata.memories(store, "bob")]:
         assert userdata.edit(store, "alice", bobs, "hacked", at=T0, reason="t") is None
         assert userdata.delete(store, "alice", bobs, ts=T0, reason="t") is None
+    for bobs in [m["id"] for m in userdata.history(store, "bob")]:
+        assert userdata.delete_history(store, "alice", bobs, ts=T0, reason="t") == 0
     assert contents(store, "bob") == before and store.audit("alice") == []
-    exported = userdata.export(store, "alice", now=T0)
-    assert b"zanzibarian" not in repr(exported).encode() and b"Reykjavik" not in repr(exported).encode()
+    assert [m["text"] for m in userdata.history(store, "bob")] == list(BOB_CHAT)
+    exported = repr(userdata.export(store, "alice", now=T0)).encode()
+    assert not [word for word in (b"zanzibarian", b"Reykjavik", b"quokka") if word in exported]
 
 
-def test_export_is_everything_about_the_user(store):
+def test_export_is_everything_about_the_user(chats):
+    store = chats
     userdata.delete(store, "alice", memory_id(store, "alice", "plays tennis every sunday"), ts=T0, reason="t")
     data = userdata.export(store, "alice", now=T0 + 5)
-    assert set(data) == {"user_id", "generated_at", "memories", "audit", "insights", "topic_counts"}
+    assert set(data) == {"user_id", "generated_at", "memories", "history", "history_enabled", "audit", "insights",
+                         "topic_counts"}
     assert (data["user_id"], data["generated_at"]) == ("alice", T0 + 5)
     assert len(data["memories"]) == 4 and {m["status"] for m in data["memories"]} == {"active", "superseded"}
+    assert [(m["text"], m["ts"], m["session_id"]) for m in data["history"]] == [
+        (text, T0 + 10 + i, "s") for i, text in enumerate(ALICE_CHAT)]
+    assert data["history"][0]["message_id"] == f"alice-{T0 + 10}" and data["history_enabled"] is True
     assert [a["action"] for a in data["audit"]] == ["delete"]
+    userdata.set_history(store, "alice", False, ts=T0 + 6, reason="t")
+    assert userdata.export(store, "alice", now=T0 + 7)["history_enabled"] is False
+
+
+# -- chat history ---------------------------------------------------------------------
+
+def history_texts(store, user, **filters):
+    return [m["text"] for m in userdata.history(store, user, **filters)]
+
+
+@pytest.mark.parametrize("q, expected", [
+    pytest.param(None, list(ALICE_CHAT), id="all"),
+    pytest.param("PENGUIN", ["Tell me a joke about penguins"], id="q-case"),
+    pytest.param("长城", ["推荐一本关于长城的书"], id="q-chinese"),
+    pytest.param("ｌｉｓｂｏｎ", ["What is the weather like in Lisbon"], id="q-full-width"),
+    pytest.param("quokka", [], id="q-another-users-word"),
+])
+def test_history_is_the_users_own_filtered(chats, q, expected):
+    found = userdata.history(chats, "alice", q=q)
+    assert [m["text"] for m in found] == expected
+    assert all(set(m) == {"id", "session_id", "message_id", "ts", "text"} for m in found)
+
+
+def test_delete_one_history_message_is_physical_and_audited(chats, db):
+    penguins = next(m["id"] for m in userdata.history(chats, "alice") if "penguins" in m["text"])
+    term = index_terms("alice", ["penguin"])[0].encode()
+    assert b"penguins" in database_bytes(db) and term in database_bytes(db)
+    assert userdata.delete_history(chats, "alice", penguins, ts=T0 + 30, reason="test") == 1
+    assert b"penguins" not in database_bytes(db) and term not in database_bytes(db)
+    assert history_texts(chats, "alice") == [ALICE_CHAT[0], ALICE_CHAT[2]]
+    assert [(a["action"], a["count"], a["reason"]) for a in chats.audit("alice")] == [("delete_history", 1, "test")]
+    assert userdata.delete_history(chats, "alice", penguins, ts=T0 + 31, reason="test") == 0
+    assert len(chats.audit("alice")) == 1  # nothing deleted, nothing audited
+
+
+def test_delete_all_history_is_the_users_own(chats, db):
+    assert userdata.delete_history(chats, "alice", ts=T0 + 30, reason="test") == 3
+    assert history_texts(chats, "alice") == [] and history_texts(chats, "bob") == list(BOB_CHAT)
+    assert not [word for word in (b"Lisbon", b"penguins", "长城".encode()) if word in database_bytes(db)]
+    assert [(a["action"], a["count"]) for a in chats.audit("alice")] == [("delete_history", 3)]
+    assert len(contents(chats, "alice")) == 5  # the memories stay
+    assert userdata.history_enabled(chats, "alice") is True  # deleting is not turning it off
+
+
+def test_turning_history_off_deletes_it_and_keeps_nothing_more(chats, db, funnel):
+    assert userdata.set_history(chats, "alice", False, ts=T0 + 30, reason="test") == 3
+    assert userdata.history_enabled(chats, "alice") is False and userdata.history_enabled(chats, "bob") is True
+    assert b"Lisbon" not in database_bytes(db)
+    assert [(a["action"], a["count"]) for a in chats.audit("alice")] == [("delete_history", 3)]
+    say(chats, funnel, "alice", "Any news about the comet", ts=T0 + 40, history=True)
+    assert history_texts(chats, "alice") == [] and b"comet" not in database_bytes(db)
+    assert userdata.set_history(chats, "alice", True, ts=T0 + 50, reason="test") == 0
+    say(chats, funnel, "alice", "Any news about the eclipse", ts=T0 + 60, history=True)
+    assert history_texts(chats, "alice") == ["Any news about the eclipse"]
+    assert len(chats.audit("alice")) == 1
 
 
 def test_without_a_queue_nothing_waits():
