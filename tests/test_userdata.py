@@ -36,9 +36,9 @@ def say(store, funnel, user, *messages, ts=T0, history=False):
     """Messages through the shipped rules into the store, as the worker writes them (``history``: kept there too)."""
     for i, text in enumerate(messages):
         turn = Turn("plain", text, None, "s", f"{user}-{ts + i}", ts + i)
-        said = {"text": funnel.history_text(text), "days": None} if history else None
-        store.remember(remember_payload(funnel.process(text), user_id=user, turn=turn, ts=ts + i, received=ts + i,
-                                        history=said))
+        result = funnel.process(text)
+        said = {"text": funnel.history_text(result), "days": None} if history else None
+        store.remember(remember_payload(result, user_id=user, turn=turn, ts=ts + i, received=ts + i, history=said))
 
 
 @pytest.fixture
