@@ -84,7 +84,7 @@ def test_a_question_on_the_same_topic_recalls_a_statement_with_no_word_in_common
     assert topic in candidate.topics
     assert topic in funnel.topics.tag(question)
     assert [m["content"] for m in recalled] == [candidate.content]
-    assert recalled[0]["relevance"] == pytest.approx(RecallConfig().w_topic)  # the topic alone
+    assert 0 < recalled[0]["relevance"] < 1  # the topic alone
 
 
 OTHER_TOPIC = [

@@ -75,6 +75,7 @@ def test_relevance_is_a_weighted_cosine_in_zero_to_one():
     # A lone CJK character is weak evidence: sharing it counts less than sharing a word.
     assert relevance(frozenset({"茶", "x"}), frozenset({"茶", "y"})) < relevance(frozenset({"tea", "x"}),
                                                                                   frozenset({"tea", "y"}))
+    assert relevance(tokens("jazz"), tokens("jazz clubs"), weight=lambda t: 3.0 if t == "club" else 1.0) == 0.5
 
 
 # -- score ---------------------------------------------------------------------------------
@@ -121,21 +122,28 @@ def test_decay_and_hotness_break_even_relevance(query, a, b):
 
 
 def test_score_formula_and_weights():
-    """0.7 relevance + 0.1 recency + 0.2 hotness; recency exp(-0.01 * days since last use), hotness
-    log(1 + hits) over log(1 + the larger of HOTNESS_FULL and the most hits among the candidates)."""
+    """0.7 relevance (a share of the best candidate's) + 0.1 recency + 0.2 hotness; recency exp(-0.01 * days
+    since last use), hotness log(1 + hits) over log(1 + the larger of HOTNESS_FULL and the most hits)."""
     hot = memory(1, "likes jazz", hits=3, last_accessed=NOW - 10 * DAY)
     cold = memory(2, "likes jazz clubs", hits=0, ts=NOW - 100 * DAY)
-    query = tokens("jazz")
-    chosen = {m["id"]: m for m in score([hot, cold], query, now=NOW)}
-    rel_hot = relevance(query, tokens("likes jazz likes jazz"))
-    rel_cold = relevance(query, tokens("likes jazz clubs likes jazz clubs"))
-    assert chosen[1]["relevance"] == pytest.approx(rel_hot, abs=1e-6)
-    assert chosen[1]["score"] == pytest.approx(0.7 * rel_hot + 0.1 * math.exp(-0.1) + 0.2 * math.log(4) / math.log(11),
-                                               abs=1e-6)
-    assert chosen[2]["score"] == pytest.approx(0.7 * rel_cold + 0.1 * math.exp(-1.0), abs=1e-6)
+    chosen = {m["id"]: m for m in score([hot, cold], tokens("jazz"), now=NOW)}
+    assert 0 < chosen[2]["relevance"] < chosen[1]["relevance"] <= 1
+    assert chosen[1]["score"] == pytest.approx(0.7 + 0.1 * math.exp(-0.1) + 0.2 * math.log(4) / math.log(11), abs=1e-6)
+    share = chosen[2]["relevance"] / chosen[1]["relevance"]
+    assert chosen[2]["score"] == pytest.approx(0.7 * share + 0.1 * math.exp(-1.0), abs=1e-5)
     hotter = {**hot, "hits": 40}  # beyond HOTNESS_FULL, the hottest candidate sets the scale
-    assert score([hotter, cold], query, now=NOW)[0]["score"] == pytest.approx(
-        0.7 * rel_hot + 0.1 * math.exp(-0.1) + 0.2, abs=1e-6)
+    assert score([hotter, cold], tokens("jazz"), now=NOW)[0]["score"] == pytest.approx(0.7 + 0.1 * math.exp(-0.1) + 0.2,
+                                                                                     abs=1e-6)
+
+
+@pytest.mark.parametrize("memories, query", [
+    pytest.param(["happy with friends at the park", "got a new kite", "happy with friends over cake",
+                  "happy with friends at the pool"], "happy friends, a kite", id="en"),
+    pytest.param(["和朋友在公园，很开心", "买了新风筝", "和朋友吃蛋糕，很开心", "和朋友去游泳，很开心"], "和朋友放风筝，开心", id="zh"),
+])
+def test_a_word_most_candidates_share_weighs_less_than_a_rare_one(memories, query):
+    """Token weights are BM25's idf over the candidates: two words every memory has lose to one only one has."""
+    assert ranked([memory(i, text) for i, text in enumerate(memories, 1)], query)[0] == 2
 
 
 @pytest.mark.parametrize("weights, expected", [
