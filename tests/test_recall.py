@@ -6,7 +6,9 @@ import math
 
 import pytest
 
+from memo_mw.adapters import Turn
 from memo_mw.forgetting import forget_marker
+from memo_mw.middleware import remember_payload
 from memo_mw.funnel import Funnel
 from memo_mw.recall import (
     BLOCK_BEGIN,
@@ -23,6 +25,7 @@ from memo_mw.recall import (
 )
 from memo_mw.rules import load_rules
 from memo_mw.state import EMPTY, UserState
+from memo_mw.store import Store
 from memo_mw.text import tokens
 
 from .test_middleware import seed
@@ -351,3 +354,63 @@ def test_a_pending_statement_wins_its_slot_while_its_job_is_being_stored():
     payload = {"user_id": "u", "ts": 100, "candidates": [candidate]}
     merged = merge_pending([row(1, 1, "likes green tea"), row(2, -1, "dislikes green tea")], [payload])
     assert [(m["id"], m["content"]) for m in merged] == [(2, "dislikes green tea")]
+
+
+# -- a development set: a preference, then a request that repeats none of its words ------------------
+
+#: Said once each by one user, in two languages; every request below meets all of them.
+STATEMENTS = ["I'm trying to eat less meat", "I'm learning Japanese", "I usually go to bed early",
+              "I don't like wearing high heels", "I'm into K-pop", "I have two cats", "I work as a nurse",
+              "我不吃辣", "我在学日语", "我每天早上六点起床", "我不喜欢穿高跟鞋", "我喜欢看科幻小说", "我养了一只柯基"]
+
+
+@pytest.fixture(scope="module")
+def one_user(funnel, tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("dev") / "memo.db")
+    contents = {}
+    with Store(db) as store:
+        for n, statement in enumerate(STATEMENTS):
+            result = funnel.process(statement)
+            contents[statement] = result.candidates[0].content
+            store.remember(remember_payload(result, user_id="u", turn=Turn("plain", "", None, "s", None, n),
+                                            ts=NOW - n * DAY, received=NOW - n * DAY))
+    return Recaller(db, funnel), contents
+
+
+@pytest.mark.parametrize("request_, wanted, allowed", [
+    pytest.param("Any ideas for dinner?", "I'm trying to eat less meat", {"我不吃辣"}, id="en-food"),
+    pytest.param("Any good textbooks for beginners?", "I'm learning Japanese", {"我在学日语"}, id="en-study"),
+    pytest.param("How can I fix my sleep schedule?", "I usually go to bed early", {"我每天早上六点起床"},
+                 id="en-lifestyle"),
+    pytest.param("Which outfit for the party tonight?", "I don't like wearing high heels", {"我不喜欢穿高跟鞋"},
+                 id="en-fashion"),
+    pytest.param("Recommend some songs for my playlist", "I'm into K-pop", set(), id="en-music"),
+    pytest.param("今晚点什么外卖", "我不吃辣", {"I'm trying to eat less meat"}, id="zh-food"),
+    pytest.param("有什么背单词的好方法", "我在学日语", {"I'm learning Japanese"}, id="zh-study"),
+    pytest.param("有什么改善作息的建议", "我每天早上六点起床", {"I usually go to bed early"}, id="zh-lifestyle"),
+    pytest.param("参加婚礼该怎么搭衣服", "我不喜欢穿高跟鞋", {"I don't like wearing high heels"}, id="zh-fashion"),
+    pytest.param("有什么好书推荐", "我喜欢看科幻小说", set(), id="zh-reading"),
+    pytest.param("遛狗要注意什么", "我养了一只柯基", {"I have two cats"}, id="zh-pets"),
+])
+def test_a_request_recalls_the_preference_of_its_topic_and_nothing_off_topic(one_user, request_, wanted, allowed):
+    recaller, contents = one_user
+    assert not tokens(contents[wanted]) & tokens(request_)  # no word in common
+    recalled = [m["content"] for m in recaller.recall("u", request_, now=NOW)]
+    assert contents[wanted] in recalled[:3]
+    on_topic_alone = {c for c in recalled if not tokens(c) & tokens(request_)}
+    assert on_topic_alone <= {contents[s] for s in {wanted, *allowed}}  # none on another topic
+
+
+def recalled_on_topic_alone(recaller, request_):
+    return [m["content"] for m in recaller.recall("u", request_, now=NOW) if not tokens(m["content"]) & tokens(request_)]
+
+
+@pytest.mark.parametrize("request_", [
+    pytest.param("Can you book a table for two?", id="en-book-a-table-is-not-reading"),
+    pytest.param("What's the weather like tomorrow?", id="en-no-topic"),
+    pytest.param("Is there a cheap hotel near the station?", id="en-cheap-is-not-shopping"),
+    pytest.param("明天天气怎么样", id="zh-no-topic"),
+])
+def test_a_request_on_no_stated_topic_recalls_nothing_on_a_topic(one_user, request_):
+    recaller, _ = one_user
+    assert recalled_on_topic_alone(recaller, request_) == []
