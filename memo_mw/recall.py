@@ -74,7 +74,8 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
     query = query_tokens | {f"topic:{t}" for t in query_topics}
     words = [_words(m, (tag or (lambda text: frozenset())) if query_topics else None) for m in memories]
     seen = Counter(w for ws in words for w in ws)
-    rels = [relevance(query, ws, lambda t: _weight(t, seen[t], len(words), config.w_topic)) for ws in words]
+    weights = {t: _weight(t, seen[t], len(words), config.w_topic) for t in query | seen.keys()}
+    rels = [relevance(query, ws, weights.__getitem__) for ws in words]
     best = max(rels, default=0.0) or 1.0  # relevance counts as a share of the best candidate's, as hotness does
     scored = []
     for memory, rel in zip(memories, rels):
