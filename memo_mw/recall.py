@@ -47,11 +47,15 @@ def _weight(token: str, seen: int = 0, candidates: int = 0, w_topic: float = def
 
 
 def relevance(query: frozenset[str], memory: frozenset[str], weight: Callable[[str], float] = _weight) -> float:
-    """Weighted overlap of two token sets in [0, 1] (a cosine on sets)."""
-    common = query & memory
-    if not common:
+    """Weighted overlap of two token sets in [0, 1] (a cosine on sets); ``topic:`` tokens are topics."""
+    common, tags = query & memory, {t for t in query | memory if t.startswith("topic:")}
+    # Sharing topics alone needs half of the two texts' topics: "has dinner with their parents" (family,
+    # food) is not about "what to wear to a wedding" (family, shopping).
+    if not common or common <= tags and 2 * len(common) < len(tags):
         return 0.0
-    return sum(map(weight, common)) / math.sqrt(sum(map(weight, query)) * sum(map(weight, memory)))
+    cosine = sum(map(weight, common)) / math.sqrt(sum(map(weight, query)) * sum(map(weight, memory)))
+    # Single CJK characters alone, where the query names a topic the memory lacks, are chance (点: 六点, 点外卖).
+    return cosine / 10 if tags & query and all(len(t) == 1 for t in common) else cosine
 
 
 def _words(memory: dict[str, Any], tag: Callable[[str], frozenset[str]] | None) -> frozenset[str]:

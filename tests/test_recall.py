@@ -174,6 +174,24 @@ def test_a_shared_topic_adds_relevance():
     assert ranked([untagged], "lunch", query_topics=frozenset({"food"}), tag=lambda text: frozenset({"food"})) == [1]
 
 
+@pytest.mark.parametrize("memory_topics, recalled", [
+    pytest.param(["shopping"], True, id="one-of-the-requests-two"),
+    pytest.param(["family", "shopping"], True, id="both"),
+    pytest.param(["family", "food"], False, id="one-of-three-another-topic"),
+])
+def test_sharing_topics_alone_needs_half_of_both_texts_topics(memory_topics, recalled):
+    """A wedding outfit (family, shopping) is not what "has dinner with their parents" (family, food) is about."""
+    memories = [memory(1, "usually has dinner with their parents", topics=memory_topics)]
+    assert ranked(memories, "what to wear to the wedding", query_topics=frozenset({"family", "shopping"})) == (
+        [1] if recalled else [])
+
+
+def test_a_stray_chinese_character_ranks_below_the_requests_topic():
+    memories = [memory(1, "六点起床", ts=NOW), memory(2, "不吃辣，也不吃香菜和葱", topics=["food"], ts=NOW - 30 * DAY)]
+    assert ranked(memories, "今晚点什么外卖", query_topics=frozenset({"food"})) == [2, 1]  # 点: 六点, 点外卖
+    assert ranked(memories, "今晚点什么外卖") == [1]  # with no topic named, a shared character is all there is
+
+
 def test_irrelevant_memories_do_not_push_out_relevant_ones():
     hot_unrelated = [memory(i, f"住在上海第{i}区", hits=50, ts=NOW) for i in range(1, 8)]
     relevant = memory(99, "喜欢喝乌龙茶", ts=NOW - 400 * DAY)
@@ -361,7 +379,9 @@ def test_a_pending_statement_wins_its_slot_while_its_job_is_being_stored():
 #: Said once each by one user, in two languages; every request below meets all of them.
 STATEMENTS = ["I'm trying to eat less meat", "I'm learning Japanese", "I usually go to bed early",
               "I don't like wearing high heels", "I'm into K-pop", "I have two cats", "I work as a nurse",
-              "我不吃辣", "我在学日语", "我每天早上六点起床", "我不喜欢穿高跟鞋", "我喜欢看科幻小说", "我养了一只柯基"]
+              "我不吃辣", "我在学日语", "我每天早上六点起床", "我不喜欢穿高跟鞋", "我喜欢看科幻小说", "我养了一只柯基",
+              # On two topics, one of them a request's below, and about the other.
+              "I usually have dinner with my parents on Sundays"]
 
 
 @pytest.fixture(scope="module")
@@ -385,7 +405,8 @@ def one_user(funnel, tmp_path_factory):
     pytest.param("Which outfit for the party tonight?", "I don't like wearing high heels", {"我不喜欢穿高跟鞋"},
                  id="en-fashion"),
     pytest.param("Recommend some songs for my playlist", "I'm into K-pop", set(), id="en-music"),
-    pytest.param("今晚点什么外卖", "我不吃辣", {"I'm trying to eat less meat"}, id="zh-food"),
+    pytest.param("今晚点什么外卖", "我不吃辣", {"I'm trying to eat less meat",
+                                             "I usually have dinner with my parents on Sundays"}, id="zh-food"),
     pytest.param("有什么背单词的好方法", "我在学日语", {"I'm learning Japanese"}, id="zh-study"),
     pytest.param("有什么改善作息的建议", "我每天早上六点起床", {"I usually go to bed early"}, id="zh-lifestyle"),
     pytest.param("参加婚礼该怎么搭衣服", "我不喜欢穿高跟鞋", {"I don't like wearing high heels"}, id="zh-fashion"),
