@@ -28,8 +28,9 @@ RECALL_BUDGET_CHARS = 600
 WEIGHT_RELEVANCE = 0.7
 WEIGHT_RECENCY = 0.1
 WEIGHT_HOTNESS = 0.2
-#: Relevance a shared topic adds: brings in a memory with no word in common, below a real match.
-WEIGHT_TOPIC = 0.3
+#: Weight of a shared topic in relevance, a word's being 1: brings in a memory with no word in common;
+#: like a word, a topic most candidates share weighs little.
+WEIGHT_TOPIC = 1.0
 #: Recalls a memory needs before hotness counts fully, so one restatement does not outweigh relevance.
 HOTNESS_FULL = 10
 #: Recency is ``exp(-RECENCY_DECAY * days since last access)``.

@@ -2,13 +2,15 @@
 Candidates come from :meth:`memo_mw.store.Store.search` and the pending statements, less what a recent
 forget request names; one :func:`score` ranks them: ``0.7 relevance + 0.1 recency + 0.2 hotness`` with
 ``recency = exp(-0.01 days since last use)`` and ``hotness = log(1 + hits) / log(1 + max hits)``.
-Relevance is a weighted token overlap plus a share for a common topic; style memories and an expired
-task's request for confirmation are always in; the top ``k`` fit a character budget."""
+Relevance is a cosine of the tokens and ``topic:`` tags two texts share, each weighted by its idf among the
+candidates, as a share of the best candidate's; style memories and an expired task's request for
+confirmation are always in; the top ``k`` fit a character budget."""
 
 import contextlib
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +21,7 @@ from . import defaults, history
 from .forgetting import forgotten, without_forgotten
 from .state import EMPTY, UserState
 from .store import RECALLABLE, Store
-from .text import normalize, tokens, weight
+from .text import normalize, tokens
 
 BLOCK_BEGIN = "[MEMORY_BEGIN]"
 BLOCK_END = "[MEMORY_END]"
@@ -43,12 +45,30 @@ class RecallConfig:
     history_budget: int = defaults.HISTORY_BUDGET_TOKENS
 
 
-def relevance(query: frozenset[str], memory: frozenset[str]) -> float:
-    """Weighted overlap of two token sets in [0, 1] (a cosine on sets)."""
-    common = query & memory
-    if not common:
+def _weight(token: str, seen: int = 0, candidates: int = 0, w_topic: float = defaults.WEIGHT_TOPIC) -> float:
+    """A token's weight: BM25's idf over the candidates (a word most of them share says little), less for
+    a single CJK character (a bigram says more), ``w_topic`` for a ``topic:`` tag."""
+    kind = w_topic if token.startswith("topic:") else 0.8 if len(token) == 1 else 1.0
+    return kind * math.log(1 + (candidates - seen + 0.5) / (seen + 0.5))
+
+
+def relevance(query: frozenset[str], memory: frozenset[str], weight: Callable[[str], float] = _weight) -> float:
+    """Weighted overlap of two token sets in [0, 1] (a cosine on sets); ``topic:`` tokens are topics."""
+    common, tags = query & memory, {t for t in query | memory if t.startswith("topic:")}
+    # Sharing topics alone needs half of the two texts' topics: "has dinner with their parents" (family,
+    # food) is not about "what to wear to a wedding" (family, shopping).
+    if not common or common <= tags and 2 * len(common) < len(tags):
         return 0.0
-    return sum(map(weight, common)) / math.sqrt(sum(map(weight, query)) * sum(map(weight, memory)))
+    cosine = sum(map(weight, common)) / math.sqrt(sum(map(weight, query)) * sum(map(weight, memory)))
+    # Single CJK characters alone, where the query names a topic the memory lacks, are chance (点: 六点, 点外卖).
+    return cosine / 10 if tags & query and all(len(t) == 1 for t in common) else cosine
+
+
+def _words(memory: dict[str, Any], tag: Callable[[str], frozenset[str]] | None) -> frozenset[str]:
+    """A memory's tokens (stored with it; a pending one has none yet) and, given ``tag``, its ``topic:`` tags."""
+    words = memory.get("words")
+    words = frozenset(words.split()) if words else tokens(f"{memory['content']} {memory['key']}")
+    return words | {f"topic:{t}" for t in ((memory.get("topics") or tag(memory["content"])) if tag else ())}
 
 
 def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], query_topics: frozenset[str] = frozenset(),
@@ -60,22 +80,22 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
                 or m.get("expires_at") is None or m["expires_at"] > now]  # (an expired one: only to confirm)
     # At least 1: with no hits anywhere and hotness_full 0, the scale would be log(1) = 0.
     max_hits = max(1, config.hotness_full, *(int(m.get("hits") or 0) for m in memories))
+    # Topics count as words (a "topic:" tag on each side), weighted like them by how rare they are here.
+    query = query_tokens | {f"topic:{t}" for t in query_topics}
+    words = [_words(m, (tag or (lambda text: frozenset())) if query_topics else None) for m in memories]
+    seen = Counter(w for ws in words for w in ws)
+    weights = {t: _weight(t, seen[t], len(words), config.w_topic) for t in query | seen.keys()}
+    rels = [relevance(query, ws, weights.__getitem__) for ws in words]
+    best = max(rels, default=0.0) or 1.0  # relevance counts as a share of the best candidate's, as hotness does
     scored = []
-    for memory in memories:
+    for memory, rel in zip(memories, rels):
         always = 2 if memory.get("type") == "style" else 1 if memory.get("status") == "pending_confirm" else 0
-        words = memory.get("words")  # stored with the memory; a pending one has none yet
-        words = frozenset(words.split()) if words else tokens(f"{memory['content']} {memory['key']}")
-        rel = relevance(query_tokens, words)
-        if query_topics:
-            memory_topics = set(memory.get("topics") or ()) or (tag(memory["content"]) if tag else set())
-            if query_topics & memory_topics:
-                rel = min(1.0, rel + config.w_topic)
         if not (rel > 0 or always or recall_all):
             continue
         last = memory.get("last_accessed") or memory.get("source_ts") or memory.get("created_at") or now
         recency = math.exp(-config.decay * max(0.0, (now - float(last)) / 86400))
         hotness = math.log1p(int(memory.get("hits") or 0)) / math.log1p(max_hits)
-        total = config.w_relevance * rel + config.w_recency * recency + config.w_hotness * hotness
+        total = config.w_relevance * rel / best + config.w_recency * recency + config.w_hotness * hotness
         scored.append(((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0), rel, memory))
     scored.sort(key=lambda entry: entry[0], reverse=True)  # style, confirmations, then score; ties: newer
     chosen, used = [], 0

@@ -1,5 +1,5 @@
 """Topic tags from the rules' lexicons: "What should I cook for lunch?" and "doesn't eat pork" share no word,
-but both are about ``food``, and recall counts a shared topic as relevance. A Chinese entry matches anywhere
+but both are about ``food``, and recall counts a shared topic as a shared word. A Chinese entry matches anywhere
 in the text; an English word as a word, stemmed as :func:`memo_mw.text.tokens` stems; a phrase as whole words."""
 
 import regex

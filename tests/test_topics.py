@@ -77,7 +77,7 @@ def test_a_shared_topic_recalls_a_memory_with_no_word_in_common(rules, tmp_path,
         store.remember(remember_payload(result, user_id="u", turn=Turn("plain", "", None, "s", None, 1), ts=1, received=1))
     recalled = Recaller(db, funnel, RecallConfig()).recall("u", question, now=2)
     assert [m["content"] for m in recalled] == [candidate.content]
-    assert recalled[0]["relevance"] == pytest.approx(0.3)
+    assert 0 < recalled[0]["relevance"] < 1  # the topic alone
 
 
 def test_a_lexical_match_still_beats_a_topic_match(rules):
