@@ -29,15 +29,19 @@ class Turn:
 def header_user(environ: dict, key: str) -> str | None:
     """The user id in the header whose WSGI key is ``key`` (``HTTP_X_USER_ID``), or None. WSGI gives a
     header's bytes as Latin-1 text; an id is those bytes read as UTF-8, the one way: ``\xe9t1`` is not
-    ``ét1`` (``\xc3\xa9t1``) but refused (BadUserId), as is a control character."""
+    ``ét1`` (``\xc3\xa9t1``) but refused (BadUserId), as is a control character. (Text that is not
+    Latin-1, from a server or test client that decoded it already, is taken as it is.)"""
     header = environ.get(key)
     if not isinstance(header, str):
         return None
     try:
-        header = header.encode("latin-1").decode("utf-8")
-    except UnicodeError:
+        raw = header.encode("latin-1")
+    except UnicodeEncodeError:
+        return user_id(header)
+    try:
+        return user_id(raw.decode("utf-8"))
+    except UnicodeDecodeError:
         raise BadUserId("the user id header is not UTF-8") from None
-    return user_id(header)
 
 
 def user_id(value: Any) -> str | None:
