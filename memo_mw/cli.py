@@ -15,7 +15,7 @@ import click
 import redis
 from rq import Queue, SimpleWorker, Worker
 
-from . import counters, defaults, maintenance
+from . import counters, defaults, history, maintenance
 from . import insights as profile
 from .adapters import Turn, clean_id, timestamp, user_id
 from .cron import json_queue
@@ -33,6 +33,10 @@ from .text import stable_id
 #: The counts ``replay`` prints: input lines, each funnel stage, then what the store did with the captures.
 REPLAY_COUNTS = ("lines", "invalid", "not_user", *STAGES, "stored", "merged", "superseded", "duplicate_job",
                  "discarded", "forgotten")
+
+#: Files of lines: UTF-8, a line that is not kept readable (its bytes as surrogates) so that it can be
+#: named (``_utf8``): replay and ``rules test --file`` skip it and go on, ``recall --batch`` stops there.
+TEXT_LINES = click.File("r", encoding="utf-8", errors="surrogateescape")
 
 #: Lines per transaction in ``replay``: one commit per line would cap it at a few hundred a second.
 REPLAY_BATCH = 500
@@ -130,6 +134,7 @@ def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
             continue
         counts["lines"] += 1
         try:
+            raw = _utf8(raw)
             try:
                 record = json.loads(raw)
             except ValueError as exc:
@@ -150,6 +155,15 @@ def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,
             click.echo(f"line {number}: skipped: {exc}", err=True)
 
 
+def _utf8(line: str) -> str:
+    """The line, or ValueError when its bytes were not UTF-8 (TEXT_LINES reads them as surrogates)."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not UTF-8") from None
+    return line
+
+
 def _turn(record: dict[str, Any], text: str) -> tuple[str, Turn]:
     """A replayed line as the user and the turn the middleware would read from a request."""
     user, ts = user_id(record.get("user")), timestamp(record.get("ts"))
@@ -161,7 +175,7 @@ def _turn(record: dict[str, Any], text: str) -> tuple[str, Turn]:
 
 
 @main.command()
-@click.argument("file", type=click.File("r", encoding="utf-8"))
+@click.argument("file", type=TEXT_LINES)
 @db_option
 @rules_option
 @json_option
@@ -230,7 +244,7 @@ def memories(db: str, user: str | None, include_all: bool, as_json: bool) -> Non
 @now_option
 @click.option("--budget", default=defaults.RECALL_BUDGET_CHARS, show_default=True, type=click.IntRange(min=1),
               help="Character budget of the memory lines.")
-@click.option("--batch", type=click.File("r", encoding="utf-8"), default=None,
+@click.option("--batch", type=TEXT_LINES, default=None,
               help='JSON lines {"user", "query", optional "session", "now"}: a JSON line of results each.')
 @json_option
 @click.argument("query", required=False)
@@ -242,16 +256,18 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, session: str
         raise click.UsageError("give --user and QUERY, or --batch FILE")
     funnel = _funnel(rules_paths)
     recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
-    with _store(db), recaller.store():  # a clear error for a bad --db first; then recall's own connection
+    with _store(db) as store, recaller.store():  # a clear error for a bad --db first; then recall's own
         if batch is None:
             rows = _recall(recaller, user, query, session, time.time() if now is None else now)
+            if not rows and not store.list(user, include_inactive=True) and not history.rows(store.db, user):
+                click.echo(f"memo-mw: nothing is stored for user {user!r}", err=True)
             _echo(as_json, rows, (f"{m['score']:.3f}  {m['content']}  ({m['type']})" for m in rows))
             return
         for number, line in enumerate(batch, 1):
             if not line.strip():
                 continue
             try:
-                ask = json.loads(line)
+                ask = json.loads(_utf8(line))
                 found = _recall(recaller, user_id(ask["user"]), str(ask["query"]), clean_id(ask.get("session")),
                                 float(ask.get("now") or now or time.time()))
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -339,7 +355,7 @@ def rules_check(paths: tuple[str, ...]) -> None:
 @rules.command("test")
 @rules_option
 @json_option
-@click.option("--file", "file", type=click.File("r", encoding="utf-8"), default=None,
+@click.option("--file", "file", type=TEXT_LINES, default=None,
               help='JSON lines ({"text"} or {"message"}, as replay reads; - for stdin) instead of TEXT: '
                    "runs every line and prints a summary table.")
 @click.argument("text", required=False)

@@ -52,8 +52,6 @@ HISTORY_BUDGET_TOKENS = 150
 HISTORY_LINE_CHARS = 200
 HISTORY_MIN_MATCH = 0.25
 HISTORY_SKIP_TURNS = 10
-#: Chat history: at most this many messages sharing a word with a request are scored.
-HISTORY_CANDIDATES = 200
 
 #: The RQ queue the middleware enqueues to and ``memo-mw worker`` listens on.
 QUEUE_NAME = "memo"

@@ -44,7 +44,10 @@ def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any
 
     @app.post("/chat")
     def chat():
-        body = request.get_json(silent=True)
+        try:
+            body = request.get_json(silent=True)
+        except RecursionError:
+            return jsonify(error="the JSON body is nested too deeply"), 400
         prompt = body.get("message", "") if isinstance(body, dict) else ""
         memories = request.environ.get(ENVIRON_MEMORIES, [])
         stage = request.environ.get(ENVIRON_CAPTURE)

@@ -5,6 +5,7 @@ that recall can bring back the few past messages a request is about ("[HISTORY]"
 Functions on the store's connection; :class:`memo_mw.store.Store` calls them when it stores a
 message, forgets and prunes, and recall reads with :func:`search` and :func:`rank`."""
 
+import itertools
 import math
 import sqlite3
 from collections.abc import Iterable
@@ -108,7 +109,7 @@ def prune(db: sqlite3.Connection, now: int) -> int:
 
 
 def search(db: sqlite3.Connection, user_id: str, words: Iterable[str], *, now: float, session_id: str | None,
-           limit: int = defaults.HISTORY_CANDIDATES) -> list[dict[str, Any]]:
+           limit: int = defaults.RECALL_CANDIDATES) -> list[dict[str, Any]]:
     """The user's kept messages that share a word with the request, each with its ``bm25`` and
     ``match`` (the share of the request's IDF its words hold), not the current session's last turns
     (the app has them). The index is every user's, so BM25 is computed here from the user's own
@@ -148,12 +149,7 @@ def rank(found: list[dict[str, Any]], query: frozenset[str], *, now: float, said
     ranked by BM25 (scaled to the best) with recency, none a recalled memory already says (``said``:
     their excerpts), each cut to its best sentences, the top ``k`` within ``budget`` tokens."""
     said = [normalize(s) for s in said if s]
-
-    def repeats(m: dict[str, Any]) -> bool:
-        text = normalize(m["text"])
-        return any(s in text for s in said)
-
-    found = [m for m in found if m["match"] >= defaults.HISTORY_MIN_MATCH and not repeats(m)]
+    found = [m for m in found if m["match"] >= defaults.HISTORY_MIN_MATCH]
     if not found:
         return []
     best = max(m["bm25"] for m in found) or 1.0
@@ -161,8 +157,13 @@ def rank(found: list[dict[str, Any]], query: frozenset[str], *, now: float, said
     def score(m: dict[str, Any]) -> float:
         return 0.8 * m["bm25"] / best + 0.2 * math.exp(-defaults.RECENCY_DECAY * max(0.0, now - m["ts"]) / 86400)
 
+    def repeats(m: dict[str, Any]) -> bool:
+        text = normalize(m["text"])
+        return any(s in text for s in said)
+
+    best_first = (m for m in sorted(found, key=lambda m: (score(m), m["ts"]), reverse=True) if not repeats(m))
     chosen, used = [], 0
-    for m in sorted(found, key=lambda m: (score(m), m["ts"]), reverse=True)[:k]:
+    for m in itertools.islice(best_first, k):
         text = excerpt(m["text"], query)
         cost = approx_tokens(text)
         if used + cost <= budget:

@@ -168,6 +168,9 @@ class MemoryMiddleware:
             body = _DECODER.decode(raw.decode("utf-8"))
         except ValueError:
             return None
+        except RecursionError:  # (a hostile body: one line, not a traceback each time)
+            log.warning("memo-mw: a JSON body nested too deeply to read; passed through unchanged")
+            return None
         turn = read_turn(body)
         if turn is None:
             return None

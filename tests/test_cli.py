@@ -224,6 +224,33 @@ def test_replay_skips_invalid_lines_with_a_reason(tmp_path, rules_dir, db, recor
     assert "line 1: skipped" in result.stderr and reason in result.stderr
 
 
+def bytes_file(path, *lines: bytes):
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def test_a_line_that_is_not_utf8_is_named_replay_and_rules_test_go_on_recall_batch_stops(tmp_path, rules_dir, db):
+    good = json.dumps(msg("I like jazz", user="a", ts=T0)).encode()
+    bad = b'{"user": "a", "ts": 1700000001, "text": "I like caf\xe9"}'  # Latin-1, not UTF-8
+    log = bytes_file(tmp_path / "log.jsonl", bad, good)
+    result = cli("replay", log, "--db", db, "--rules", rules_dir, "--json")
+    assert result.exit_code == 0 and "line 1: skipped: not UTF-8" in result.stderr
+    assert (json.loads(result.stdout)["invalid"], json.loads(result.stdout)["stored"]) == (1, 1)  # the rest is read
+    tested = cli("rules", "test", "--rules", rules_dir, "--file", log, "--json")
+    assert tested.exit_code == 0 and "line 1: skipped: not UTF-8" in tested.stderr
+    assert json.loads(tested.stdout)["invalid"] == 1 and json.loads(tested.stdout)["stages"]["captured"] == 1
+    asks = bytes_file(tmp_path / "asks.jsonl", b'{"user": "a", "query": "jazz"}', b'{"user": "a", "query": "caf\xe9"}')
+    batch = cli("recall", "--db", db, "--batch", asks)
+    assert batch.exit_code == 1 and "line 2: not a recall request" in batch.stderr and "not UTF-8" in batch.stderr
+    assert "Traceback" not in batch.output + batch.stderr
+
+
+def test_recall_for_a_user_with_nothing_stored_says_so(music_db):
+    result = cli("recall", "--db", music_db, "--user", "nobody", "jazz")
+    assert result.exit_code == 0 and result.stdout == "" and "nothing is stored for user 'nobody'" in result.stderr
+    assert "nothing is stored" not in cli("recall", "--db", music_db, "--user", "alice", "weather").stderr
+
+
 def test_replay_throughput_and_counts_on_2000_lines(tmp_path, rules_dir, db, capsys):
     """200 blocks of 10 lines, 4 blocks per user; the outcome of each line is known in advance."""
     records = []

@@ -118,3 +118,13 @@ def test_demo_answers_bodies_of_another_shape(tmp_path):
     for body in ([1, 2], "text", None, {"message": 5}):
         response = client.post("/chat", json=body, headers={"X-User-Id": "v"})
         assert response.status_code == 200 and response.json["memories"] == []
+
+
+def test_a_deeply_nested_body_is_a_400_and_one_log_line(tmp_path, caplog):
+    client = create_app(db=str(tmp_path / "memo.db")).test_client()
+    nested = "[" * 100_000 + "]" * 100_000
+    for _ in range(3):
+        response = client.post("/chat", data=nested, content_type="application/json", headers={"X-User-Id": "v"})
+        assert response.status_code == 400 and response.json == {"error": "the JSON body is nested too deeply"}
+    records = [r for r in caplog.records if r.name.startswith("memo_mw")]
+    assert len(records) == 3 and all(r.exc_info is None and "nested too deeply" in r.getMessage() for r in records)
