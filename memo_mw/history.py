@@ -111,20 +111,14 @@ def prune(db: sqlite3.Connection, now: int) -> int:
 def search(db: sqlite3.Connection, user_id: str, words: Iterable[str], *, now: float, session_id: str | None,
            limit: int = defaults.RECALL_CANDIDATES) -> list[dict[str, Any]]:
     """The user's kept messages that share a word with the request, each with its ``bm25`` and
-    ``match`` (the share of the request's IDF its words hold), not the current session's last turns
-    (the app has them). The index is every user's, so BM25 is computed here from the user's own
-    counts: a word in most of the user's messages says little, however rare it is for others."""
-    words = sorted(set(words))
-    df = {}
-    for word, term in zip(words, index_terms(user_id, words)):
-        if n := db.execute("select count(*) from history_fts where history_fts match ?", [f'"{term}"']).fetchone()[0]:
-            df[word] = (term, n)
-    if not df:
+    ``match`` (:func:`_score`), not the current session's last turns (the app has them): the newest
+    ``limit`` with a word that is not in most of the user's messages (a common word alone picks
+    nothing out, and ranking every message that has one would cost milliseconds on a long history)."""
+    counts = _counts(db, user_id, words)
+    if not counts:
         return []
     n_docs = db.execute("select count(*) from history where user_id = ?", [user_id]).fetchone()[0]
-    # The newest messages with a word that is not in most of them (a common word alone picks nothing
-    # out; ranking every message that has one would cost milliseconds on a long history).
-    rare = [term for term, n in df.values() if n <= max(limit, n_docs / 10)] or [term for term, _ in df.values()]
+    rare = [term for term, n in counts.values() if n <= max(limit, n_docs / 10)] or [t for t, _ in counts.values()]
     found = [dict(zip((*COLUMNS, "words"), row)) for row in db.execute(
         f"select {', '.join('h.' + c for c in COLUMNS)}, h.words from history_fts"
         " join history h on h.id = history_fts.rowid where history_fts match ? and h.user_id = ?"
@@ -133,11 +127,29 @@ def search(db: sqlite3.Connection, user_id: str, words: Iterable[str], *, now: f
         " order by history_fts.rowid desc limit ?",
         [" OR ".join(f'"{term}"' for term in rare), user_id, int(now), user_id, session_id,
          defaults.HISTORY_SKIP_TURNS, limit])]
-    idf = {word: math.log(1 + (n_docs - n + 0.5) / (n + 0.5)) for word, (_, n) in df.items()}
+    return _score(found, {word: n for word, (_, n) in counts.items()}, n_docs)
+
+
+def _counts(db: sqlite3.Connection, user_id: str, words: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """Each word the user's messages have: its index term and how many of them have it. (The index
+    is every user's, so its own statistics are not this user's: BM25 is computed from these.)"""
+    words = sorted(set(words))
+    counts = {}
+    for word, term in zip(words, index_terms(user_id, words)):
+        if n := db.execute("select count(*) from history_fts where history_fts match ?", [f'"{term}"']).fetchone()[0]:
+            counts[word] = (term, n)
+    return counts
+
+
+def _score(found: list[dict[str, Any]], df: dict[str, int], n_docs: int) -> list[dict[str, Any]]:
+    """BM25 of each message against the request's words (``df``: in how many of the user's ``n_docs``
+    messages each is), and ``match``: the share of the request's IDF the message's words hold."""
+    idf = {word: math.log(1 + (n_docs - n + 0.5) / (n + 0.5)) for word, n in df.items()}
     length = sum(len(m["words"].split()) for m in found) / len(found) if found else 1.0
     for m in found:
-        have = frozenset(m["words"].split()) & idf.keys()
-        scale = 1 + BM25_K1 * (1 - BM25_B + BM25_B * len(m["words"].split()) / length)
+        words = m["words"].split()
+        have = idf.keys() & set(words)
+        scale = 1 + BM25_K1 * (1 - BM25_B + BM25_B * len(words) / length)
         m["bm25"] = sum(idf[w] * (BM25_K1 + 1) / scale for w in have)
         m["match"] = sum(idf[w] for w in have) / sum(idf.values())
     return found
