@@ -3,6 +3,7 @@ errors become a one-sentence ``click`` error and exit status 1, never a tracebac
 
 import collections
 import contextlib
+import functools
 import itertools
 import json
 import sqlite3
@@ -13,7 +14,7 @@ from typing import Any
 
 import click
 import redis
-from rq import Queue, SimpleWorker, Worker
+from rq import Queue
 
 from . import counters, defaults, history, maintenance
 from . import insights as profile
@@ -29,6 +30,7 @@ from .rules import check_rules, load_rules
 from .state import UserState
 from .store import Store, check_writable
 from .text import stable_id
+from .worker import new_worker, run as run_worker
 
 #: The counts ``replay`` prints: input lines, each funnel stage, then what the store did with the captures.
 REPLAY_COUNTS = ("lines", "invalid", "not_user", *STAGES, "stored", "merged", "superseded", "duplicate_job",
@@ -100,29 +102,29 @@ def main() -> None:
 @main.command()
 @url_option
 @queue_option
-@click.option("--burst", is_flag=True, help="Quit when the queue is empty.")
+@click.option("--burst", is_flag=True, help="Quit when the queue is empty (a one-off: Redis down is an error).")
 @click.option("--name", default=None, help="Worker name (default: random).")
 @click.option("--db", "dbs", multiple=True, envvar="MEMO_DB",
               help="A memory database the jobs use (repeatable; env MEMO_DB): checked before starting, "
                    "then held open so that each job's own connection is never the last one.")
 @click.option("--simple/--fork", default=True,
-              help="Run jobs in this process (rq's SimpleWorker; the default, several times faster: a fork "
-                   "costs more than a job) or each in a forked child (rq's Worker). A job that crashes the "
-                   "interpreter, or Redis failing mid-job, stops a simple worker (run it under a supervisor); "
-                   "rq retries that job when another worker starts.")
-def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool) -> None:
-    """Run an rq worker for memo-mw's jobs, with rq's scheduler so failed jobs are retried, and a shorter
-    maintenance interval than rq's, so that the jobs of a worker that died are retried sooner."""
+              help="Run jobs in this process (rq's SimpleWorker; the default, several times faster: a fork costs "
+                   "more than a job; a job killing Python stops it) or each in a forked child (rq's Worker).")
+@click.option("--retry-max", type=click.FloatRange(min=0.1), default=defaults.WORKER_RETRY_MAX, show_default=True,
+              envvar="MEMO_WORKER_RETRY_MAX", show_envvar=True, help="Most seconds between tries while Redis is down.")
+def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[str, ...], simple: bool,
+           retry_max: float) -> None:
+    """Run an rq worker for memo-mw's jobs, with rq's scheduler (failed jobs are retried) and a shorter maintenance
+    interval than rq's (a dead worker's jobs are retried sooner). Unless --burst, it waits out Redis being down."""
     with contextlib.ExitStack() as held:
         for path in dbs:  # a bad database fails now, not per job
             with _one_line(MemoError):
                 check_writable(path)
                 # Closing the last connection checkpoints and deletes the WAL, milliseconds a job.
                 held.enter_context(Store(path))
-        with _redis_queue(url, queue_name) as queue:
-            (SimpleWorker if simple else Worker)(
-                [queue], connection=queue.connection, serializer=queue.serializer, name=name,
-                maintenance_interval=defaults.WORKER_MAINTENANCE_INTERVAL).work(burst=burst, with_scheduler=True)
+        start = functools.partial(new_worker, url, queue_name, name=name, simple=simple)
+        with _one_line((redis.RedisError, ValueError), f"cannot reach Redis at {url}: "):
+            start().work(burst=True, with_scheduler=True) if burst else run_worker(start, url, retry_max=retry_max)
 
 
 def _user_lines(lines: Iterable[tuple[int, str]], counts: collections.Counter,

@@ -69,6 +69,9 @@ PENDING_TTL = 600
 #: Seconds between a worker's maintenance rounds (rq's default is 600): jobs of a dead worker are
 #: retried soon after their heartbeat expires; processed_jobs makes a rerun a no-op.
 WORKER_MAINTENANCE_INTERVAL = 60
+#: Seconds ``memo-mw worker`` waits at most between tries while Redis is down (from 1 s, doubling):
+#: back within half a minute of Redis, and a log line at most that often while it stays down.
+WORKER_RETRY_MAX = 30.0
 #: A capture job stores up to this many captures (itself and those waiting behind it) at once; 1: one.
 WORKER_BATCH = 100
 #: Seconds a failed job (with masked memory text) stays in Redis for inspection; forget removes it.
