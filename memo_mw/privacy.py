@@ -2,8 +2,9 @@
 see placeholders, and the rest of the sentence is kept ("my password is [secret]").
 
 Stated passwords, PINs, codes, keys and tokens, known key shapes and long random strings become
-``[secret]``; e-mail addresses ``[email]``; Chinese ID numbers and bank cards that pass their check
-``[id]`` and ``[card]``; phone numbers ``[phone]``. The patterns run in the order of ``_MASKS``, so
+``[secret]``; e-mail addresses ``[email]``; Chinese ID numbers (by their shape: a wrong check
+character is still someone's number, or a typo of it) ``[id]``; bank cards that pass their check
+``[card]``; phone numbers ``[phone]``. The patterns run in the order of ``_MASKS``, so
 a value is masked once, by the most specific rule; digit runs that are none of these (order numbers,
 years, prices) stay. Masking is idempotent: the placeholders match no pattern."""
 
@@ -52,17 +53,17 @@ _VALUE_WORDS = (
     rf"(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END}"
     rf"(?:[ \t]+(?!{_PASSWORD_STOP}){_PIECE_CHARS}+?{_VALUE_END})*)"
 )
-# After no separator ("pwd hunter22", "密码abc123"): one piece, which for the English
-# abbreviations must hold a digit ("run pwd to see the folder" stays).
+# After no separator ("my password hunter2", "pwd hunter22", "密码abc123"): one piece, which in
+# English must hold a digit or a symbol ("the password manager", "run pwd to see the folder" stay).
 _VALUE_ONE = rf"(?P<q>)(?![:：=]|{_PLACEHOLDER})(?P<value>{_PIECE_CHARS}{{3,}}?{_VALUE_END})"
 _PASSWORD_EN = regex.compile(
     r"(?P<head>(?<![A-Za-z])(?:pass(?:word|wd|code|phrase)|(?P<abbr>pwd|pw))(?![A-Za-z])"
     # "the password for my bank account is ..."
     r"(?:\s+(?:for|to|of|on|at)(?:\s+[\w'’.-]+){1,4}?)?"
     r"(?:(?P<sep>\s*[:=：]\s*|\s+(?:is|was)(?:\s+(?:now|still))?(?:\s+(?:set|changed|updated|reset)\s+to)?\s+"
-    r"|\s*(?:是|为)\s*)|(?(abbr)\s+|(?!)))"
+    r"|\s*(?:是|为)\s*)|\s+)"
     r")"
-    rf"(?(sep)(?!{_NOT_A_PASSWORD}){_VALUE_WORDS}|(?=[^\s0-9]*[0-9]){_VALUE_ONE})",
+    rf"(?(sep)(?!{_NOT_A_PASSWORD}){_VALUE_WORDS}|(?=\S*?[0-9@#$%^&*_+=~]){_VALUE_ONE})",
     regex.IGNORECASE,
 )
 _PASSWORD_ZH = regex.compile(
@@ -70,13 +71,13 @@ _PASSWORD_ZH = regex.compile(
     r"(?:(?P<sep>是|为|:|：|=|改成了?|改为|换成了?|设为|设成|设置为|设置成)\s*|\s*))"
     rf"(?(sep){_VALUE_WORDS}|{_VALUE_ONE})",
 )
-# PINs and one-time codes: the value must hold a digit ("the pin is broken" keeps "broken").
+# PINs and one-time codes: the value must hold a digit ("the pin is broken" keeps "broken"); symbols may be in it.
 _CODE = regex.compile(
     r"(?P<head>(?:(?<![A-Za-z])(?:pin(?:\s*(?:code|number|no\.?))?|otp|(?:verification|security|confirmation"
     r"|auth(?:entication)?|login|sms|2fa|one[- ]time)\s+code)(?![A-Za-z])|(?<![A-Za-z])pin\s*[码号]"
     r"|验证码|校验码|动态码|短信码|动态密码)"
     r"(?:\s*[:=：]\s*|\s+(?:is|was)\s+|\s*(?:是|为)\s*|\s*))"
-    r"(?P<value>(?=[A-Za-z]*[0-9])[A-Za-z0-9]{4,12})(?![A-Za-z0-9])",
+    r"(?P<value>(?=[A-Za-z!@#$%^&*_+=~]*[0-9])[A-Za-z0-9!@#$%^&*_+=~]{4,16})(?![A-Za-z0-9!@#$%^&*_+=~])",
     regex.IGNORECASE,
 )
 
@@ -122,8 +123,6 @@ _CN_ID = regex.compile(
     r"(?<![0-9A-Za-z])[1-9][0-9]{5}(?:18|19|20)[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])"
     r"[0-9]{3}[0-9Xx](?![0-9A-Za-z])"
 )
-_ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
-_ID_CHECK = "10X98765432"
 
 # Chinese mobile, optionally after +86 / 0086 / 86; not a piece of a longer run of digit groups.
 _CN_MOBILE = regex.compile(
@@ -159,14 +158,6 @@ _US_PHONE = regex.compile(
 
 def _digits(text: str) -> str:
     return "".join(c for c in text if c.isdigit())
-
-
-def is_cn_id(number: str) -> bool:
-    """True when ``number`` (18 characters) has the right ISO 7064 MOD 11-2 check character."""
-    if len(number) != 18 or not number[:17].isdigit():
-        return False
-    total = sum(int(d) * w for d, w in zip(number[:17], _ID_WEIGHTS))
-    return _ID_CHECK[total % 11] == number[17].upper()
 
 
 def luhn_ok(digits: str) -> bool:
@@ -223,7 +214,7 @@ _MASKS: tuple[tuple[regex.Pattern, str | Callable[[regex.Match], str]], ...] = (
     (_BEARER, r"\g<head>[secret]"),
     (_EMAIL, "[email]"),
     (_RUN, _random),
-    (_CN_ID, lambda match: "[id]" if is_cn_id(match.group()) else match.group()),
+    (_CN_ID, "[id]"),
     (_CN_MOBILE, "[phone]"),
     (_CARD, _card),
     (_INTL_PHONE, _intl_phone),
