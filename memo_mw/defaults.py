@@ -81,6 +81,9 @@ FORGET_MARKER_DAYS = 8
 
 #: SQLite busy timeout: writers wait for each other instead of failing.
 SQLITE_BUSY_TIMEOUT_MS = 5000
+#: Seconds between two logs of a failing read of the database on the request path (each request
+#: would log one until it recovers; after a degraded start, the first comes this long after it).
+FAULT_LOG_INTERVAL = 60
 #: Confidence added when a memory is stated again (capped at 1.0).
 CONFIDENCE_STEP = 0.1
 

@@ -1,4 +1,7 @@
-"""Errors memo-mw raises to its callers."""
+"""Errors memo-mw raises to its callers, and which faults pass by themselves."""
+
+import errno
+import sqlite3
 
 
 class MemoError(Exception):
@@ -15,3 +18,23 @@ class RulesError(MemoError):
 
 class StoreError(MemoError):
     """The SQLite database cannot be opened or used (bad path, not a database, no permission)."""
+
+
+#: SQLite's result codes (and, before Python 3.11, words of its messages) for faults that pass by
+#: themselves: a full disk, a read-only or unopenable file or folder, an I/O error, a held lock.
+PASSING_CODES = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_BUSY", "SQLITE_LOCKED",
+                 "SQLITE_PERM")
+PASSING_WORDS = ("full", "readonly", "unable to open", "I/O error", "locked", "busy")
+PASSING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO})
+
+
+def passing_fault(exc: BaseException) -> bool:
+    """True for a fault of the disk or its permissions that passes by itself (full, read-only, locked,
+    an I/O error); False for a configuration mistake that needs a person: a directory, a file that is
+    not a memo-mw database or of another schema version, a file where a folder should be."""
+    while isinstance(exc, StoreError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    if isinstance(exc, sqlite3.Error):
+        name = getattr(exc, "sqlite_errorname", None)  # (Python 3.11+)
+        return name.startswith(PASSING_CODES) if name else any(w in str(exc) for w in PASSING_WORDS)
+    return isinstance(exc, OSError) and exc.errno in PASSING_ERRNOS

@@ -4,8 +4,10 @@ Arguments are plain JSON values, the database path among them: the worker needs 
 and the file. Every job is idempotent: ``remember`` records its job key; ``forget``, ``maintain``,
 ``insights`` are safe to repeat; a repeated ``touch`` or ``count_topics`` only nudges a ranking."""
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rq import Queue, get_current_job
@@ -13,14 +15,36 @@ from rq import Queue, get_current_job
 from . import counters, defaults, maintenance
 from . import insights as profile
 from .compressor import Compressor, polish_candidates
+from .exceptions import passing_fault
 from .forgetting import forget_marker, without_forgotten
-from .queue import REMEMBER
+from .queue import REMEMBER, RETRY_INTERVALS
 from .state import RedisState
 from .store import Store
 
 log = logging.getLogger(__name__)
 
 
+def retried_while_passing(job: Callable[..., Any]) -> Callable[..., Any]:
+    """A job that a fault which passes by itself (a full disk, a read-only folder, a held lock:
+    :func:`memo_mw.store.passing_fault`) keeps retrying under rq once its own retries are spent, every
+    ``RETRY_INTERVALS[-1]`` seconds for up to ``JOB_FAILURE_TTL`` after it was enqueued: what the chat
+    has taken is stored once the disk has room, not left in the failed registry."""
+    @functools.wraps(job)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return job(*args, **kwargs)
+        except Exception as exc:
+            current = get_current_job()  # (the worker's own Job: it reads retries_left after this)
+            if current is not None and not current.retries_left and passing_fault(exc) \
+                    and time.time() - current.created_at.timestamp() < defaults.JOB_FAILURE_TTL:
+                current.retries_left, current.retry_intervals = 1, [RETRY_INTERVALS[-1]]
+                log.warning("memo-mw: %s job %s: %s; retried in %d s", job.__name__, current.id, exc,
+                            RETRY_INTERVALS[-1])
+            raise
+    return run
+
+
+@retried_while_passing
 def remember(db: str, payload: dict[str, Any]) -> list[str]:
     """Store the candidates captured from one message; one outcome each (:meth:`memo_mw.store.Store.remember`).
 
@@ -71,11 +95,13 @@ def _waiting_batch(current: Any, db: str) -> list[Any]:
     return batch
 
 
+@retried_while_passing
 def touch(db: str, user_id: str, ids: list[int], ts: int) -> int:
     with Store(db) as store:
         return store.touch(user_id, ids, ts)
 
 
+@retried_while_passing
 def forget(db: str, user_id: str, match: str | None, ts: int, reason: str = "user request",
            received: float | None = None) -> int:
     """Delete the user's memories, all or those ``match`` names, physically. Under rq, the user's capture
@@ -112,6 +138,7 @@ def forget_waiting(queue: Any, user_id: str, marker: dict[str, Any]) -> int:
     return changed
 
 
+@retried_while_passing
 def count_topics(db: str, counts: dict[str, dict[str, int]], at: float) -> int:
     """Add topic counts (``{user: {"<week>|<name>": n}}``, noted by the web process up to ``at``)
     to SQLite; a user who asked to forget everything after ``at`` is not counted."""

@@ -22,6 +22,7 @@ from typing import Any
 
 from . import counters, defaults
 from .adapters import BadUserId, Turn, header_user, inject, read_turn, user_id
+from .exceptions import StoreError, passing_fault
 from .forgetting import forget_marker
 from .queue import COUNT_TOPICS, FORGET, REMEMBER, TOUCH, LocalQueue, RedisQueue, make_queue, pending_part
 from .recall import RecallConfig, Recaller, format_block
@@ -48,7 +49,9 @@ class MemoryMiddleware:
     configuration table gives each default, and :class:`memo_mw.Memo` reads them as ``MEMO_*``.
 
     :param rules: rule files or folders (``None``: the shipped ones), or a loaded ``RuleSet``.
-    :param db: the SQLite file, made absolute (the worker may run in another folder).
+    :param db: the SQLite file, made absolute (the worker may run in another folder). A configuration
+        mistake raises :class:`~memo_mw.exceptions.StoreError`; a full disk or a read-only folder
+        starts the middleware degraded (docs/reliability.md, "SQLite").
     :param redis_url: Redis for the jobs; ``None``: one thread of this process runs them (embedded).
     :param get_user: ``get_user(environ, body) -> user id or None``: then the only identity source.
     :param body_user: also take the user id from the body (off: a client must not name whose
@@ -78,7 +81,8 @@ class MemoryMiddleware:
         self.funnel = make_funnel(rules, reload_interval=rules_reload_interval,
                                   clock=time.monotonic if clock is time.time else clock)
         self.db = os.path.abspath(db)
-        check_writable(self.db)  # a wrong path is an error at start-up, not a failing job later
+        self._quiet_until = 0.0  # (monotonic) until then a failing read of the database is not logged again
+        self._check_database()
         self.paths = frozenset([paths] if isinstance(paths, str) else paths)
         self.user_header_key = "HTTP_" + user_header.upper().replace("-", "_")
         self.get_user = get_user
@@ -95,6 +99,26 @@ class MemoryMiddleware:
         self._counts: dict[str, dict[str, int]] = {}
         self._counts_since = clock()
         self._counts_lock = threading.Lock()
+
+    def _check_database(self) -> None:
+        """A configuration mistake (a folder, not a memo-mw database) is an error at start-up, not a failing
+        job later. A fault that passes by itself (a full disk, a read-only folder) starts the middleware
+        degraded instead: under gunicorn a failed boot stops the whole server, for good."""
+        try:
+            check_writable(self.db)
+        except StoreError as exc:
+            if not passing_fault(exc):
+                raise
+            log.warning("memo-mw: starting degraded, the memory database cannot be written now (%s): the chat "
+                        "passes through, recall reads what it can, captures go to the queue as usual", exc)
+            self._quiet_until = time.monotonic() + defaults.FAULT_LOG_INTERVAL
+
+    def _log_fault(self, what: str) -> None:
+        """Log a failed read of the database with its traceback, at most once every FAULT_LOG_INTERVAL
+        seconds: a database that cannot be read fails every request until it recovers."""
+        if time.monotonic() >= self._quiet_until:
+            self._quiet_until = time.monotonic() + defaults.FAULT_LOG_INTERVAL
+            log.exception("memo-mw: %s (logged again at most every %d s)", what, defaults.FAULT_LOG_INTERVAL)
 
     @property
     def stats(self) -> Any:
@@ -218,7 +242,7 @@ class MemoryMiddleware:
         try:
             return self.funnel.history_text(result) if self.recaller.history_enabled(user_id) else None
         except Exception:
-            log.exception("memo-mw: could not prepare the message for the chat history")
+            self._log_fault("could not prepare the message for the chat history")
             return None
 
     def _inject(self, environ: dict, body: Any, turn: Turn, user_id: str, state: UserState, result: Any,
@@ -231,7 +255,7 @@ class MemoryMiddleware:
                                          memories=memories, analysis=analysis) if self.history else []
             profile = self.recaller.profile(user_id, state)
         except Exception:  # e.g. the database became unreadable: no memories, the capture still goes
-            log.exception("memo-mw: recall failed; request passed through without memories")
+            self._log_fault("recall failed; request passed through without memories")
             return None
         if not memories and not profile and not past:
             return None

@@ -162,7 +162,7 @@ class LocalQueue:
 
     def __init__(self) -> None:
         self.state = LocalState()
-        self.stats = Counters()  #: ``failed``: jobs that raised.
+        self.stats = Counters()  #: ``failed``: jobs that raised (each logged with its user id).
         self._jobs: queue.Queue[tuple[str, list[Any], str | None, dict | None]] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -190,9 +190,10 @@ class LocalQueue:
                 import_attribute(func)(*args)
                 if pending:
                     self.state.drop_pending(user_id, [pending["job_key"]])
-            except Exception:
+            except Exception:  # (no retries here: a database that cannot be written loses the job, counted)
                 self.stats.add("failed")
-                log.exception("memo-mw: the %s job failed", func)
+                log.exception("memo-mw: the %s job of user %r failed and is lost (embedded mode does not retry)",
+                              func, user_id)
             finally:
                 self._jobs.task_done()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -141,7 +142,10 @@ def _create(conn: sqlite3.Connection, path: str) -> None:
 
 def check_writable(path: str | Path) -> None:
     """A start-up check: the file opens as a memo-mw database and takes a write. A wrong, corrupt
-    or read-only file is found when the app starts, not by the first job that stores a memory."""
+    or read-only file is found when the app starts, not by the first job that stores a memory;
+    :func:`memo_mw.exceptions.passing_fault` tells a fault that passes by itself from a configuration mistake."""
+    if os.path.isdir(path):
+        raise StoreError(f"{str(path)!r} is a directory, not the memory database file")
     with contextlib.closing(connect(path)) as conn:
         try:
             conn.execute("PRAGMA busy_timeout = 500")

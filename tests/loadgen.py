@@ -136,10 +136,12 @@ class Gunicorn:
 
 
 @contextlib.contextmanager
-def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int = 8) -> Iterator[Gunicorn]:
+def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int = 8,
+             preexec_fn: Callable[[], None] | None = None) -> Iterator[Gunicorn]:
     """tests/load_app.py under gunicorn (gthread workers) on a free port. What gunicorn and
     the app log goes to a file beside the database (a pipe nobody reads would block the
-    server once full): ``log_text()`` of what this yields."""
+    server once full): ``log_text()`` of what this yields. ``preexec_fn``: run in the server's
+    process before it starts (a resource limit)."""
     port = free_port()
     server = Gunicorn(port, Path(f"{db}.gunicorn-{port}.log"))
     env = dict(os.environ, MEMO_DB=db, MEMO_REDIS_URL=redis_url or "", PYTHONPATH=str(ROOT))
@@ -148,7 +150,8 @@ def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int =
         process = subprocess.Popen(
             [binary, "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", str(threads),
              "--worker-class", "gthread", "--keep-alive", "30", "--log-level", "warning", "tests.load_app:app"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
+            preexec_fn=preexec_fn)
     server.process = process
     try:
         deadline = time.monotonic() + 30

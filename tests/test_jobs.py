@@ -18,14 +18,14 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
-from memo_mw import MemoryMiddleware, counters, defaults, jobs
+from memo_mw import MemoryMiddleware, counters, defaults, jobs, store
 from memo_mw.forgetting import forget_marker
 from memo_mw.queue import REMEMBER, RETRY_INTERVALS
 from memo_mw.reload import make_funnel
 from memo_mw.store import Store, check_writable
 
 from .conftest import all_redis_text, wait_until
-from .loadgen import BurstSimpleWorker, BurstWorker, drain, opened_queues
+from .loadgen import BurstSimpleWorker, BurstWorker, drain, opened_queues, word
 
 
 @pytest.fixture
@@ -115,6 +115,47 @@ def test_a_locked_database_makes_the_job_retry_through_the_scheduler(db, redis_u
     holder.close()
     run_due_retries(redis_url, queue)
     assert contents(db) == ["likes kalimba music"]
+
+
+def on_a_full_disk(monkeypatch, db, room_pages=0):
+    """The disk of ``db`` has room for ``room_pages`` more pages: every connection memo-mw opens
+    (the forked work horse inherits this) is capped by ``PRAGMA max_page_count``, so a write that
+    needs room fails with SQLite's own "database or disk is full" (a real file, a real limit; only
+    the cap is set from here, as no test can fill a real disk)."""
+    with Store(db) as opened:
+        pages = opened.db.execute("PRAGMA page_count").fetchone()[0] + room_pages
+    opened_by_memo = store.connect
+
+    def connect(path, *, readonly=False):
+        conn = opened_by_memo(path, readonly=readonly)
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+        return conn
+
+    monkeypatch.setattr(store, "connect", connect)
+
+
+def test_a_full_disk_keeps_the_captures_retrying_until_there_is_room(db, redis_url, make_queue, monkeypatch):
+    """Issue 33, item 1: with the database's disk full and Redis up, every capture the chat
+    answered is stored once the disk has room, none left in the failed registry."""
+    queue = make_queue(redis_url, retry_intervals=[0])  # its own retry spent at once, in the burst
+    say = chat(db, queue)
+    on_a_full_disk(monkeypatch, db)
+    users = [f"user-{n}" for n in range(60)]
+    for n, user in enumerate(users):
+        say(f"I like {word(n + 1)}", user=user)
+    drain(redis_url)  # (asserts that no job failed)
+    waiting = queue.rq.scheduled_job_registry.get_job_ids()
+    assert waiting, "the disk was never full"
+    assert all(queue.rq.fetch_job(i).get_status() == JobStatus.SCHEDULED for i in waiting)
+    stored_while_full = sum(len(contents(db, user)) for user in users)
+    assert stored_while_full < len(users)
+
+    monkeypatch.undo()  # the disk has room again
+    for job_id in waiting:  # their retry is due (in RETRY_INTERVALS[-1] s, as rq's scheduler would)
+        queue.rq.scheduled_job_registry.requeue(job_id)
+    drain(redis_url)
+    assert [contents(db, user) for user in users] == [[f"likes {word(n + 1)}"] for n in range(len(users))]
+    assert queue.rq.failed_job_registry.count == 0 and queue.rq.scheduled_job_registry.count == 0
 
 
 def test_a_job_that_keeps_failing_ends_in_the_failed_registry(db, tmp_path, redis_url, make_queue):

@@ -284,3 +284,23 @@ def test_a_hung_redis_is_skipped_after_one_timeout(db, make_queue):
         queue.close()
     finally:
         server.close()
+
+
+def test_embedded_mode_counts_and_logs_each_capture_the_database_cannot_take(db, monkeypatch, caplog):
+    """No Redis: the job thread writes SQLite, and does not retry; a capture a full disk refuses
+    is not lost silently: counted in stats["failed"] and logged with its user id."""
+    from memo_mw.queue import LocalQueue
+
+    from .loadgen import word
+    from .test_jobs import on_a_full_disk
+
+    queue = LocalQueue()
+    client = wrap(db, queue)
+    on_a_full_disk(monkeypatch, db)
+    for n in range(60):
+        say(client, f"user-{n}", f"I like {word(n + 1)}")
+    queue.join()
+    lost = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and "is lost" in r.getMessage()]
+    assert queue.stats["failed"] == len(lost) > 0
+    assert all(f"{REMEMBER} job of user 'user-" in line for line in lost if REMEMBER in line)
+    assert any(REMEMBER in line for line in lost)
