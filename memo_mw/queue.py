@@ -138,19 +138,24 @@ class RedisQueue:
                 self._drainer.start()
 
     def _drain(self) -> None:
-        """Send the spooled jobs, oldest first, until none is left (or :meth:`close`); then end."""
+        """Send the spooled jobs, oldest first, until none is left (or :meth:`close`); then end. Jobs Redis
+        took that the spool cannot delete (a full disk) are not sent again by this thread: it goes on
+        with the rest and ends, and new jobs go straight to Redis."""
+        unremoved: list[int] = []
         while not self._closing.is_set():
             try:
                 with self._drain_lock:  # "none left" and "no thread" change together
-                    batch = self.spool.peek()
+                    batch = self.spool.peek(after=max(unremoved, default=0))
                     if not batch:
                         self._drainer = None
                         return
                 if self.breaker.allow() and self._send([job for _, job in batch]):
                     # Removed only once Redis took them: a process that dies in between sends
                     # them again, which their job ids make harmless.
-                    self.spool.remove([i for i, _ in batch])
                     self.stats.add("sent_from_spool", len(batch))
+                    unremoved += [i for i, _ in batch]
+                    self.spool.remove(unremoved)
+                    unremoved = []
                     continue
             except Exception:  # e.g. the spool file went bad: the thread must not die with jobs left
                 log.exception("memo-mw: could not send the spool %s; trying again", self.spool.path)

@@ -44,11 +44,11 @@ class Spool:
         with self._connect() as conn:
             conn.execute("insert into jobs (job) values (?)", [json.dumps(job, ensure_ascii=False)])
 
-    def peek(self, limit: int = 100) -> list[tuple[int, Job]]:
-        """The oldest jobs, with their ids for :meth:`remove`."""
+    def peek(self, limit: int = 100, *, after: int = 0) -> list[tuple[int, Job]]:
+        """The oldest jobs (with an id above ``after``), with their ids for :meth:`remove`."""
         with self._connect(create=False) as conn:
             return [] if conn is None else [(i, json.loads(job)) for i, job in conn.execute(
-                "select id, job from jobs order by id limit ?", [limit])]
+                "select id, job from jobs where id > ? order by id limit ?", [after, limit])]
 
     def remove(self, ids: list[int]) -> None:
         with self._connect(create=False) as conn:

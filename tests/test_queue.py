@@ -304,3 +304,41 @@ def test_embedded_mode_counts_and_logs_each_capture_the_database_cannot_take(db,
     assert queue.stats["failed"] == len(lost) > 0
     assert all(f"{REMEMBER} job of user 'user-" in line for line in lost if REMEMBER in line)
     assert any(REMEMBER in line for line in lost)
+
+
+# A web process that starts on a spool while Redis is up and the spool's disk is full
+# (RLIMIT_FSIZE: SQLite cannot write the journal a deletion needs; reading still works).
+SPOOL_ON_A_FULL_DISK = """
+import json, logging, resource, signal, sys, time
+from memo_mw.queue import RedisQueue
+logging.basicConfig(level=logging.WARNING)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+queue = RedisQueue(sys.argv[1], spool=sys.argv[2], spool_interval=0.05)  # sends what the spool holds
+time.sleep(1)  # twenty rounds of the spool thread
+queue.enqueue("memo_mw.jobs.touch", [sys.argv[3], "bob", [1], 0], user_id="bob")
+queue.close()
+print(json.dumps(queue.stats))
+"""
+
+
+def test_a_spool_that_cannot_delete_what_it_sent_sends_it_once_and_stops(db, tmp_path, redis_url):
+    """Jobs without an id (touch, topic counts) sent again every round would count again; and
+    while the spool thread runs, each new job tries the spool first."""
+    import json
+    import subprocess
+    import sys
+
+    from .loadgen import ROOT
+
+    spool = Spool(str(tmp_path / "memo.spool"))
+    for n in range(3):
+        spool.put({"func": "memo_mw.jobs.touch", "args": [db, "alice", [n], 0], "job_id": None,
+                   "user_id": "alice", "pending": None})
+    done = subprocess.run([sys.executable, "-c", SPOOL_ON_A_FULL_DISK, redis_url, spool.path, db], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"sent_from_spool": 3}
+    assert "could not spool" not in done.stderr  # the new job went straight to Redis
+    assert drain(redis_url) == 4  # the three spooled jobs once, and the new one
+    assert len(spool) == 3  # still in the file (a full disk): the next process sends them again
