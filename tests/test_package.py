@@ -25,7 +25,7 @@ def test_pure_python():
 #: The core's budget was 5,000 lines (the statement grammar came in at 5,010, idf-weighted recall
 #: added 17). The chat history (history.py and its hooks in the store, recall, the middleware, the
 #: page and the CLI) is a new capability with a budget of 600 lines of its own.
-MAX_LINES = 5655
+MAX_LINES = 5672
 
 
 def test_the_package_stays_small():
