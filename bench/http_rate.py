@@ -70,7 +70,7 @@ def run(redis_url: str, folder: str, rounds: int = 12, seconds: int = 3) -> dict
     script = f"{folder}/post.lua"
     Path(script).write_text(WRK_SCRIPT)
     db = f"{folder}/http.db"
-    seed(MemoryMiddleware(chat_app().wsgi_app, db=db))
+    seed(MemoryMiddleware(chat_app().wsgi_app, db=db, trust_user_header=True))
     envs = {"bare": {"MEMO_DB": ""}, "memo": {"MEMO_DB": db, "MEMO_REDIS_URL": redis_url}}
     ports = {name: free_port() for name in envs}
     servers = {name: gunicorn(env, ports[name]) for name, env in envs.items()}

@@ -123,7 +123,8 @@ def probing_eval(lang: str, folder: Path, *, history: bool) -> dict:
             return jsonify(ids=sorted({i for m in shown for i in m.get("source_ids") or []}))
 
         app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=str(folder / f"{lang}-{n}-{history}.db"),
-                                                     history=history, rules_reload_interval=None, clock=lambda: now[0])
+                                                     history=history, rules_reload_interval=None, clock=lambda: now[0],
+                                                     trust_user_header=True)
         client = app.test_client()
         for row in rows:
             now[0] = row["ts"]

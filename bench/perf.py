@@ -114,7 +114,7 @@ def bench_in_process(folder: str, n: int) -> None:
     bare = chat_app()
     wrapped = chat_app()
     wrapped.wsgi_app = middleware = MemoryMiddleware(wrapped.wsgi_app, db=f"{folder}/inproc.db",
-                                                     rules_reload_interval=None)
+                                                     rules_reload_interval=None, trust_user_header=True)
     seed(middleware)
     probe = wrapped.test_client()
     for template, recalled in ((QUIET, False), (RECALLS, True)):
@@ -133,7 +133,8 @@ def bench_handoff(server: RedisServer, folder: str) -> None:
     from redis.connection import Connection
 
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=f"{folder}/handoff.db", redis_url=server.url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=f"{folder}/handoff.db", redis_url=server.url,
+                                    trust_user_header=True)
     client = app.test_client()
     client.post("/chat", json={"message": "I like tea"}, headers={"X-User-Id": "u"})  # connect; rq asks the version once
     sent = []
@@ -153,7 +154,7 @@ def bench_worker(server: RedisServer, folder: str, n: int) -> None:
     from memo_mw.queue import REMEMBER, RedisQueue
 
     db = f"{folder}/worker.db"
-    app = MemoryMiddleware(chat_app().wsgi_app, db=db)
+    app = MemoryMiddleware(chat_app().wsgi_app, db=db, trust_user_header=True)
     queue = RedisQueue(server.url, spool=f"{folder}/worker.spool")
     worker = subprocess.Popen([str(Path(sys.executable).parent / "memo-mw"), "worker", "--url", server.url,
                                "--db", db], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -193,7 +194,7 @@ from bench.perf import chat_app, seed, THINGS
 from memo_mw import MemoryMiddleware
 app = chat_app()
 if {wrapped!r}:
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db={db!r})
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db={db!r}, trust_user_header=True)
     seed(app.wsgi_app)
 client = app.test_client()
 for i in range(500):

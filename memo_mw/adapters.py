@@ -1,6 +1,7 @@
 """Request shapes, plain (``{"message": ...}``) and OpenAI chat (``{"messages": [...]}``): where
 the user, session and message are in a JSON body, and where the memory block goes (README, "Requests")."""
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,24 @@ def header_user(environ: dict, key: str) -> str | None:
         return user_id(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise BadUserId("the user id header is not UTF-8") from None
+
+
+def loopback_request(environ: dict) -> bool:
+    """Whether the request came to a loopback name (``SERVER_NAME`` and the ``Host`` header: localhost,
+    127.0.0.0/8, ::1), as on a server only this machine can reach; a name that is absent counts as one."""
+    return all(_loopback(environ.get(key) or "localhost") for key in ("SERVER_NAME", "HTTP_HOST"))
+
+
+def _loopback(host: str) -> bool:
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1]:5000
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:  # name:port
+        host = host.partition(":")[0]
+    try:
+        return host.rstrip(".") == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def user_id(value: Any) -> str | None:

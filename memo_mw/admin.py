@@ -48,7 +48,7 @@ class _Denied(Exception):
 class Admin:
     """The settings the routes share; see :func:`create_blueprint`."""
 
-    def __init__(self, db: str, *, user_header_key: str, get_user: GetUser | None, admin_token: str | None,
+    def __init__(self, db: str, *, user_header_key: str | None, get_user: GetUser | None, admin_token: str | None,
                  queue: RedisQueue | LocalQueue | None, funnel: Any, clock: Callable[[], float]):
         self.db, self.user_header_key, self.get_user, self.queue = db, user_header_key, get_user, queue
         self.admin_token = _checked_token(admin_token)
@@ -61,7 +61,8 @@ class Admin:
 
     def user(self) -> tuple[str, str]:
         """(the user the request acts for, who acts, for the audit); raises _Denied. Without ``?user=``,
-        an ``Authorization`` header is the app's: the request acts for its own identity."""
+        an ``Authorization`` header is the app's: the request acts for its own identity (``get_user``, or
+        the user header when trusted: ``user_header_key`` is None otherwise)."""
         if "user" in request.args:
             token = _bearer(request.headers.get("Authorization", ""))
             if token is None:
@@ -76,8 +77,8 @@ class Admin:
                 raise _Denied(400, "?user= must name a user")
             return user, "admin token"
         try:
-            user = (header_user(request.environ, self.user_header_key) if self.get_user is None
-                    else user_id(self.get_user(request.environ, None)))
+            user = (user_id(self.get_user(request.environ, None)) if self.get_user is not None
+                    else header_user(request.environ, self.user_header_key) if self.user_header_key else None)
         except BadUserId as exc:
             raise _Denied(400, str(exc)) from None
         except Exception:
@@ -111,25 +112,28 @@ def _checked_token(token: str | None) -> str | None:
 
 
 def create_blueprint(db: str, *, url_prefix: str = "/memo", user_header: str = defaults.USER_HEADER,
-                     get_user: GetUser | None = None, admin_token: str | None = None,
+                     trust_user_header: bool = False, get_user: GetUser | None = None, admin_token: str | None = None,
                      redis_url: str | None = None, queue: RedisQueue | LocalQueue | None = None,
                      queue_name: str = defaults.QUEUE_NAME, rules: Any = None,
                      clock: Callable[[], float] = time.time, name: str = "memo_admin") -> Blueprint:
     """The blueprint for the memories in ``db`` apart from a middleware (another process), the other arguments
-    as the middleware's so deletions reach its waiting jobs; ``admin_token`` (16+ characters) acts for ``?user=``."""
+    as the middleware's so deletions reach its waiting jobs; ``admin_token`` (16+ characters) acts for ``?user=``;
+    the ``user_header`` names the user only with ``trust_user_header`` (behind a proxy that sets it)."""
     db = str(Path(db).resolve())
     if queue is None and redis_url:  # the middleware's own spool file: several processes may share it
         queue = make_queue(redis_url, name=queue_name, spool=db + ".spool")
     funnel = Funnel(rules if isinstance(rules, RuleSet) else load_rules(rules))
-    admin = Admin(db, user_header_key="HTTP_" + user_header.upper().replace("-", "_"), get_user=get_user,
-                  admin_token=admin_token, queue=queue, funnel=funnel, clock=clock)
+    header_key = "HTTP_" + user_header.upper().replace("-", "_") if trust_user_header else None
+    admin = Admin(db, user_header_key=header_key, get_user=get_user, admin_token=admin_token, queue=queue,
+                  funnel=funnel, clock=clock)
     return _blueprint(admin, name=name, url_prefix=url_prefix)
 
 
 def blueprint_for(middleware: MemoryMiddleware, *, url_prefix: str = "/memo", admin_token: str | None = None,
                   name: str = "memo_admin") -> Blueprint:
     """The blueprint for a middleware's memories: its database, identity source, queue and rules."""
-    admin = Admin(middleware.db, user_header_key=middleware.user_header_key, get_user=middleware.get_user,
+    header_key = middleware.user_header_key if middleware.trust_user_header else None
+    admin = Admin(middleware.db, user_header_key=header_key, get_user=middleware.get_user,
                   admin_token=admin_token, queue=middleware.queue, funnel=middleware.funnel, clock=middleware.clock)
     return _blueprint(admin, name=name, url_prefix=url_prefix)
 

@@ -3,33 +3,31 @@ The bot needs no language model: it answers with what the middleware recalled fo
 ``OPENAI_BASE_URL`` set (and ``OPENAI_MODEL``, ``OPENAI_API_KEY`` as that server needs), asks that
 OpenAI-compatible server, and answers from memory if the call fails."""
 
+import functools
 import json
 import logging
 import os
+import secrets
 import urllib.request
 from typing import Any
-from urllib.parse import unquote
 
-from flask import Flask, jsonify, render_template, request
-from werkzeug.http import parse_cookie
+from flask import Flask, jsonify, render_template, request, session
+from werkzeug.wrappers import Request
 
-from .adapters import clean_id, header_user
+from .adapters import BadUserId, clean_id, user_id
 from .admin import blueprint_for
 from .middleware import ENVIRON_CAPTURE, ENVIRON_MEMORIES, MemoryMiddleware
 
 log = logging.getLogger(__name__)
 
-#: The cookie the chat page sets to the user id typed there (see demo_user).
-USER_COOKIE = "memo_user"
-
 _ACK = {"captured": "Noted, I'll remember that.", "forget": "Done: I'm forgetting that."}
 
 
-def demo_user(environ: dict, body: Any = None) -> str | None:
-    """The demo's identity, for the chat and the page alike: the ``X-User-Id`` header, else the
-    ``memo_user`` cookie. Neither is authenticated: this is for a demo on your own machine."""
-    cookie = parse_cookie(environ).get(USER_COOKIE)
-    return header_user(environ, "HTTP_X_USER_ID") or (clean_id(unquote(cookie)) if cookie else None)
+def demo_user(app: Flask, environ: dict, body: Any = None) -> str | None:
+    """The demo's identity, for the chat and the page alike: the user logged in on the chat page, in
+    Flask's signed session cookie (``app.secret_key``); never a bare cookie or a header."""
+    found = app.session_interface.open_session(app, Request(environ))  # a forged cookie: an empty session
+    return clean_id(found.get("user")) if found is not None else None
 
 
 def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any = None,
@@ -37,10 +35,29 @@ def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any
     """The demo chat app, its ``wsgi_app`` wrapped by :class:`MemoryMiddleware`, with the
     memories page and API at ``/memo/`` (``admin_token``, default ``$MEMO_ADMIN_TOKEN``)."""
     app = Flask(__name__)
+    app.secret_key = os.environ.get("MEMO_SECRET_KEY")
+    if not app.secret_key:
+        app.secret_key = secrets.token_hex(32)
+        log.warning("memo-mw demo: no MEMO_SECRET_KEY; the session is signed with a random key of this process "
+                    "(a restart logs everyone out; processes that share logins need one MEMO_SECRET_KEY)")
+    app.config["SESSION_COOKIE_SAMESITE"] = "Strict"
 
     @app.get("/")
     def index():
-        return render_template("demo.html")
+        return render_template("demo.html", user=session.get("user", "demo-user"))
+
+    @app.post("/login")
+    def login():
+        """Who the chat page speaks for: ``{"user": name}`` (JSON only, so no cross-site form can log one in)."""
+        body = request.get_json(silent=True)  # None unless the body is JSON
+        try:
+            user = user_id(body.get("user")) if isinstance(body, dict) else None
+        except BadUserId:
+            user = None
+        if user is None:
+            return jsonify(error='send a JSON object {"user": "a name"}'), 400
+        session["user"] = user
+        return jsonify(user=user)
 
     @app.post("/chat")
     def chat():
@@ -61,7 +78,7 @@ def create_app(db: str = "var/memo.db", redis_url: str | None = None, rules: Any
             reply = "\n".join(lines)
         return jsonify(reply=reply, memories=memories, prompt=prompt)
 
-    middleware_options.setdefault("get_user", demo_user)
+    middleware_options.setdefault("get_user", functools.partial(demo_user, app))
     app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, rules=rules,
                                                  **middleware_options)
     token = admin_token if admin_token is not None else os.environ.get("MEMO_ADMIN_TOKEN") or None

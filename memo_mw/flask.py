@@ -4,7 +4,6 @@
     memo = Memo(app)            # or: memo = Memo(); memo.init_app(app)
 """
 
-import logging
 import os
 import types
 from typing import Any
@@ -12,14 +11,13 @@ from typing import Any
 from . import defaults
 from .middleware import GetUser, MemoryMiddleware
 
-log = logging.getLogger(__name__)
-
 #: (app.config key, the middleware's keyword argument, default).
 SETTINGS = (
     ("MEMO_REDIS_URL", "redis_url", None),  # None: the jobs run on a thread in this process
     ("MEMO_RULES", "rules", None),  # rule files or folders; None: the shipped ones
     ("MEMO_PATHS", "paths", defaults.PATHS),
     ("MEMO_USER_HEADER", "user_header", defaults.USER_HEADER),
+    ("MEMO_TRUST_USER_HEADER", "trust_user_header", False),  # True only behind a proxy that sets the header
     ("MEMO_MAX_BODY", "max_body", defaults.MAX_BODY_BYTES),
     ("MEMO_INJECT_FIELD", "inject_field", None),
     ("MEMO_RECALL_K", "recall_k", defaults.RECALL_K),
@@ -62,10 +60,6 @@ class Memo:
             # Imported here: the rest of memo_mw runs without Flask.
             from .admin import blueprint_for
 
-            if self.get_user is None:
-                log.warning("memo-mw: the memories page and API at %s take the user from the %s header: make "
-                            "sure only your proxy sets it, or pass get_user, or set MEMO_ADMIN = False",
-                            config["MEMO_ADMIN_PREFIX"], config["MEMO_USER_HEADER"])
             blueprint = blueprint_for(middleware, url_prefix=config["MEMO_ADMIN_PREFIX"],
                                       admin_token=config["MEMO_ADMIN_TOKEN"])
             app.register_blueprint(blueprint)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import counters, defaults
-from .adapters import BadUserId, Turn, header_user, inject, read_turn, user_id
+from .adapters import BadUserId, Turn, header_user, inject, loopback_request, read_turn, user_id
 from .exceptions import StoreError, passing_fault
 from .forgetting import forget_marker
 from .queue import COUNT_TOPICS, FORGET, REMEMBER, TOUCH, LocalQueue, RedisQueue, make_queue, pending_part
@@ -54,6 +54,8 @@ class MemoryMiddleware:
         starts the middleware degraded (docs/reliability.md, "SQLite").
     :param redis_url: Redis for the jobs; ``None``: one thread of this process runs them (embedded).
     :param get_user: ``get_user(environ, body) -> user id or None``: then the only identity source.
+    :param trust_user_header: take the user id from ``user_header`` (off: any client could send one;
+        on only behind an auth proxy that sets it). With neither, no request has a user: no memory.
     :param body_user: also take the user id from the body (off: a client must not name whose
         memories it reads).
     :param inject_field: for plain bodies, the field for the block instead of ``message``.
@@ -68,8 +70,8 @@ class MemoryMiddleware:
 
     def __init__(self, app: Callable, *, rules: str | Sequence[str] | RuleSet | None = None,
                  db: str = "memo.db", redis_url: str | None = None, paths: Iterable[str] = defaults.PATHS,
-                 user_header: str = defaults.USER_HEADER, get_user: GetUser | None = None,
-                 body_user: bool = False, max_body: int = defaults.MAX_BODY_BYTES,
+                 user_header: str = defaults.USER_HEADER, trust_user_header: bool = False,
+                 get_user: GetUser | None = None, body_user: bool = False, max_body: int = defaults.MAX_BODY_BYTES,
                  inject_field: str | None = None, recall_k: int = defaults.RECALL_K,
                  recall_budget: int = defaults.RECALL_BUDGET_CHARS, queue_name: str = defaults.QUEUE_NAME,
                  rules_reload_interval: float | None = defaults.RULES_RELOAD_INTERVAL,
@@ -84,9 +86,12 @@ class MemoryMiddleware:
         self._quiet_until = 0.0  # (monotonic) until then a failing read of the database is not logged again
         self._check_database()
         self.paths = frozenset([paths] if isinstance(paths, str) else paths)
-        self.user_header_key = "HTTP_" + user_header.upper().replace("-", "_")
-        self.get_user = get_user
-        self.body_user = body_user
+        self.user_header, self.user_header_key = user_header, "HTTP_" + user_header.upper().replace("-", "_")
+        self.trust_user_header, self.get_user, self.body_user = trust_user_header, get_user, body_user
+        self._warned_exposed = False
+        if get_user is None and not trust_user_header and not body_user:
+            log.warning("memo-mw: no identity source, so no request has a user and none gets memory: pass "
+                        "get_user, or trust_user_header=True behind an auth proxy that sets %s", user_header)
         self.max_body = max_body
         self.inject_field = inject_field
         self.queue = queue if queue is not None else make_queue(redis_url, name=queue_name,
@@ -182,7 +187,13 @@ class MemoryMiddleware:
     def _user(self, environ: dict, body: Any, turn: Turn) -> str | None:
         if self.get_user is not None:
             return user_id(self.get_user(environ, body))
-        return header_user(environ, self.user_header_key) or (user_id(turn.body_user) if self.body_user else None)
+        if self.trust_user_header and not self._warned_exposed and not loopback_request(environ):
+            self._warned_exposed = True  # once: the server's address does not change
+            log.warning("memo-mw: trusting the %s header on a server reached as %r: any client that can reach "
+                        "it can claim any user unless a proxy sets that header", self.user_header,
+                        environ.get("HTTP_HOST") or environ.get("SERVER_NAME"))
+        user = header_user(environ, self.user_header_key) if self.trust_user_header else None
+        return user or (user_id(turn.body_user) if self.body_user else None)
 
     # -- one turn ----------------------------------------------------------------------
 

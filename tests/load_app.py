@@ -28,4 +28,4 @@ def chat():
 
 
 app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=os.environ["MEMO_DB"],
-                                redis_url=os.environ.get("MEMO_REDIS_URL") or None)
+                                redis_url=os.environ.get("MEMO_REDIS_URL") or None, trust_user_header=True)

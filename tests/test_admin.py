@@ -38,7 +38,7 @@ def make_app(db, rules, *, redis_url=None, token=TOKEN, get_user=None) -> Flask:
         return jsonify(memories=request.environ.get("memo.memories"))
 
     app.wsgi_app = middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, rules=rules,
-                                                 get_user=get_user)
+                                                 get_user=get_user, trust_user_header=True)
     app.register_blueprint(blueprint_for(middleware, admin_token=token))
     return app
 
@@ -766,6 +766,26 @@ def test_page_of_a_user_with_no_memories(db, rules):
 
 # -- mounting -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("trust", [pytest.param(False, id="default"), pytest.param(True, id="trusted")])
+def test_the_page_and_api_take_the_user_header_only_when_trusted(tmp_path, rules, trust):
+    """Anyone can send X-User-Id: unless the middleware trusts it (an auth proxy sets it), it names no one
+    on the page and API, mounted from the middleware or on their own."""
+    db = str(tmp_path / "memo.db")
+    with Store(db) as store:
+        store.remember({"user_id": "dora", "ts": 1, "candidates": [{
+            "type": "preference", "key": "jazz", "polarity": 1, "content": "likes jazz", "excerpt": "I like jazz",
+            "confidence": 0.7}]})
+    app = Flask(__name__)
+    app.register_blueprint(blueprint_for(MemoryMiddleware(app.wsgi_app, db=db, rules=rules, trust_user_header=trust)))
+    app.register_blueprint(create_blueprint(db, url_prefix="/mine", rules=rules, trust_user_header=trust, name="mine"))
+    client = app.test_client()
+    for url in ("/memo/", "/memo/api/memories", "/mine/", "/mine/api/export", "/memo/api/memories/1"):
+        assert client.get(url, headers={"X-User-Id": "dora"}).status_code == (200 if trust else 401)
+    deleted = client.delete("/mine/api/memories", headers={"X-User-Id": "dora", "X-Requested-With": "t"})
+    assert deleted.status_code == (200 if trust else 401)
+    assert contents(db, "dora") == ([] if trust else ["likes jazz"])
+
+
 def test_create_blueprint_without_a_middleware(tmp_path, redis_url, rules):
     """Standalone: its own database path, header and Redis, as another process would mount it."""
     db = str(tmp_path / "memo.db")
@@ -775,7 +795,7 @@ def test_create_blueprint_without_a_middleware(tmp_path, redis_url, rules):
             "confidence": 0.7}]})
     app = Flask(__name__)
     app.register_blueprint(create_blueprint(db, url_prefix="/mine", user_header="X-Account", redis_url=redis_url,
-                                            rules=rules))
+                                            rules=rules, trust_user_header=True))
     client = app.test_client()
     assert client.get("/mine/api/memories", headers={"X-User-Id": "dora"}).status_code == 401
     listed = client.get("/mine/api/memories", headers={"X-Account": "dora"}).json

@@ -83,6 +83,13 @@ def history(db: str, user: str) -> list[str]:
         return [m["text"] for m in userdata.history(store, user)]
 
 
+def chat_as(app, user, message):
+    """A chat request from another client, logged in as ``user`` (the demo's signed session)."""
+    client = app.test_client()
+    assert client.post("/login", json={"user": user}).status_code == 200
+    assert client.post("/chat", json={"message": message}).status_code == 200
+
+
 def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -92,7 +99,7 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     app, base, db = demo
     wait = WebDriverWait(browser, WAIT)
     # Another user's memory, which the page must never show nor touch.
-    app.test_client().post("/chat", json={"message": "I love zanzibarian oolong"}, headers={"X-User-Id": "bob"})
+    chat_as(app, "bob", "I love zanzibarian oolong")
 
     # The chat page: pick a user id, say three things to remember and two that go only to the chat history.
     browser.get(base + "/")
@@ -108,7 +115,7 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     app.wsgi_app.queue.join()
     assert contents(db, "ana") == ["answer style: answer in Chinese", "likes bossa nova", "lives in Berlin"]
 
-    # Its link opens the memories page, for the user typed there (the demo's cookie).
+    # Its link opens the memories page, for the user typed there (the demo's signed session).
     browser.find_element(By.ID, "memories-link").click()
     wait.until(ec.presence_of_element_located((By.ID, "memories")))
     assert browser.find_element(By.TAG_NAME, "h1").text == "What is remembered about you"
@@ -175,7 +182,7 @@ def test_the_page_shows_edits_and_deletes_memories(browser, demo):
     assert not keep.is_selected() and browser.find_elements(By.CSS_SELECTOR, "#history li") == []
     assert browser.find_element(By.ID, "history-empty").is_displayed()
     assert history(db, "ana") == [] and b"Lisbon" not in database_bytes(db)
-    app.test_client().post("/chat", json={"message": "Any news about the comet"}, headers={"X-User-Id": "ana"})
+    chat_as(app, "ana", "Any news about the comet")
     app.wsgi_app.queue.join()
     assert history(db, "ana") == [] and b"comet" not in database_bytes(db)
     assert history(db, "bob") == ["I love zanzibarian oolong"]

@@ -66,7 +66,7 @@ def test_a_catastrophic_pattern_is_bounded_and_the_request_passes_through(tmp_pa
     def chat():
         return jsonify(received=request.get_data(as_text=True), capture=request.environ.get("memo.capture"))
 
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=str(tmp_path / "memo.db"), rules=[path])
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=str(tmp_path / "memo.db"), rules=[path], trust_user_header=True)
     caplog.set_level(logging.WARNING, logger="memo_mw")
     body = '{"message": "' + "a" * 40 + 'b"}'
     response = app.test_client().post("/chat", data=body, content_type="application/json",

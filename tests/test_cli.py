@@ -535,7 +535,7 @@ def chat_with_a_waiting_job(redis_url, rules_dir, db) -> Queue:
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"ok"]
 
-    middleware = MemoryMiddleware(chat, db=db, redis_url=redis_url, rules=str(rules_dir))
+    middleware = MemoryMiddleware(chat, trust_user_header=True, db=db, redis_url=redis_url, rules=str(rules_dir))
     response = Client(middleware).post("/chat", json={"message": "I like jazz", "session_id": "s9",
                                                       "message_id": "w1"}, headers={"X-User-Id": "carol"})
     assert response.status_code == 200

@@ -282,7 +282,7 @@ def chat_app(environ, start_response):
 def test_the_worker_stores_the_polished_line(model, redis_url, db, monkeypatch):
     monkeypatch.setenv("MEMO_COMPRESSOR_URL", model.url + "/v1")
     monkeypatch.setenv("MEMO_COMPRESSOR_MODEL", "stand-in")
-    middleware = MemoryMiddleware(chat_app, db=db, redis_url=redis_url)
+    middleware = MemoryMiddleware(chat_app, trust_user_header=True, db=db, redis_url=redis_url)
     client = Client(middleware)
 
     def say(text, ts):

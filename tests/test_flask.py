@@ -16,8 +16,10 @@ TOKEN = "admin-token-for-tests-0123456789"
 
 
 def chat_app(tmp_path, **config) -> Flask:
+    """A chat app with the extension; the user header is trusted (as behind an auth proxy) unless the
+    config says otherwise."""
     app = Flask(__name__, instance_path=str(tmp_path))
-    app.config.update(config)
+    app.config.update({"MEMO_TRUST_USER_HEADER": True, **config})
 
     @app.post("/talk")
     def talk():
@@ -38,6 +40,24 @@ def test_the_settings_reach_the_middleware(tmp_path):
     assert client.post("/talk", json={"message": "any bossa nova albums?"}, headers={"X-User-Id": "ana"}).json \
         == {"memories": []}  # the configured header names the user, not the default one
     assert (tmp_path / "data" / "memo.db").exists()
+
+
+def test_the_user_header_is_trusted_only_when_configured(tmp_path, caplog):
+    app = Flask(__name__, instance_path=str(tmp_path))  # MEMO_TRUST_USER_HEADER left at its default
+
+    @app.post("/chat")
+    def chat():
+        return jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])])
+
+    Memo(app)
+    assert app.config["MEMO_TRUST_USER_HEADER"] is False
+    assert any("no identity source" in r.getMessage() for r in caplog.records)
+    client = app.test_client()
+    client.post("/chat", json={"message": "I like bossa nova"}, headers={"X-User-Id": "ana"})
+    app.extensions["memo"].middleware.queue.join()
+    with Store(tmp_path / "memo.db") as store:
+        assert store.list("ana", include_inactive=True) == []  # nothing captured for a header anyone can send
+    assert client.get("/memo/api/memories", headers={"X-User-Id": "ana"}).status_code == 401
 
 
 @pytest.mark.parametrize("on", [True, False])

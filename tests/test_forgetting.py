@@ -106,7 +106,7 @@ def chat_app() -> Flask:
 def chat_client(db, redis_url=None, **options):
     app = chat_app()
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, rules_reload_interval=None,
-                                    **options)
+                                    trust_user_header=True, **options)
     return app.test_client(), app.wsgi_app
 
 

@@ -66,7 +66,7 @@ class StreamingApp:
 def middleware(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("fuzz") / "memo.db")
     app = StreamingApp()
-    mw = MemoryMiddleware(app, db=db)  # embedded mode: a real job thread, a real SQLite file
+    mw = MemoryMiddleware(app, db=db, trust_user_header=True)  # embedded: a real job thread, a real SQLite file
     with Store(db) as store:
         for user in USERS:
             for text in ("I like green tea", "I play the ukulele", "我喜欢喝乌龙茶"):
@@ -250,7 +250,7 @@ def test_the_response_is_closed_when_the_app_raises_after_the_middleware_rewrote
         def __call__(self, environ, start_response):
             raise RuntimeError("the app's own bug")
 
-    mw = MemoryMiddleware(Failing(), db=str(tmp_path / "memo.db"))
+    mw = MemoryMiddleware(Failing(), trust_user_header=True, db=str(tmp_path / "memo.db"))
     environ = environ_for(encoded({"message": "I like tea"}), user="alice")
     with pytest.raises(RuntimeError, match="the app's own bug"):  # the app's error, not one of ours
         mw(environ, lambda *a: None)

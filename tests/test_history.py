@@ -37,7 +37,7 @@ class Chat:
         app = chat_app()
         app.wsgi_app = self.middleware = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url,
                                                           rules_reload_interval=None, clock=lambda: self.now,
-                                                          **options)
+                                                          trust_user_header=True, **options)
         self.client = app.test_client()
 
     def say(self, message, *, session="s1", user="alice", message_id=None):

@@ -37,7 +37,7 @@ def make_queue(db):
 def chat(db, queue):
     app = Flask(__name__)
     app.post("/chat")(lambda: jsonify(ok=True))
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, queue=queue)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, queue=queue)
     client = app.test_client()
 
     def say(message, user="alice", **extra):

@@ -71,7 +71,7 @@ def prompt_of(path, received):
 @pytest.mark.parametrize("path, shape, statement, question, summary", CASES)
 def test_captured_then_recalled_through_rq(redis_url, db, path, shape, statement, question, summary):
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, redis_url=redis_url)
     client = app.test_client()
 
     first = client.post(path, **shape(statement))
@@ -102,7 +102,7 @@ def test_captured_then_recalled_through_rq(redis_url, db, path, shape, statement
 
 def test_other_users_never_see_the_memory(redis_url, db):
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, redis_url=redis_url)
     client = app.test_client()
     client.post("/chat", **plain("I love jazz", user="alice"))
     drain(redis_url)
@@ -112,7 +112,8 @@ def test_other_users_never_see_the_memory(redis_url, db):
 
 def test_retried_request_makes_one_job(redis_url, db):
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, clock=lambda: 1_700_000_000.0)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url,
+                                    clock=lambda: 1_700_000_000.0, trust_user_header=True)
     client = app.test_client()
     for _ in range(3):
         client.post("/chat", **plain("I like green tea", message_id="msg-7"))
@@ -123,7 +124,7 @@ def test_retried_request_makes_one_job(redis_url, db):
 
 def test_job_payload_is_json_and_already_masked(redis_url, db):
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, redis_url=redis_url)
     app.test_client().post("/chat", **plain("remember that my email is alice@example.com"))
     (job,) = memo_queue(redis_url).jobs  # decodes with the JSON serializer: the payload is plain JSON values
     payload = json.dumps(job.args, ensure_ascii=False)
@@ -134,7 +135,7 @@ def test_job_payload_is_json_and_already_masked(redis_url, db):
 def test_embedded_mode_runs_jobs_in_process(db, caplog):
     app = chat_app()
     caplog.set_level("WARNING", logger="memo_mw.queue")
-    middleware = MemoryMiddleware(app.wsgi_app, db=db)  # redis_url=None: the embedded default
+    middleware = MemoryMiddleware(app.wsgi_app, db=db, trust_user_header=True)  # redis_url=None: embedded
     app.wsgi_app = middleware
     client = app.test_client()
     client.post("/chat", **plain("以后回答简短一点"))
@@ -147,7 +148,7 @@ def test_embedded_mode_runs_jobs_in_process(db, caplog):
 def test_flask_extension_reads_memo_settings(redis_url, tmp_path):
     app = chat_app()
     app.config.update(MEMO_DB=str(tmp_path / "x.db"), MEMO_REDIS_URL=redis_url, MEMO_RECALL_K=1,
-                      MEMO_INJECT_FIELD="memory")
+                      MEMO_INJECT_FIELD="memory", MEMO_TRUST_USER_HEADER=True)
     memo = Memo(app)
     middleware = app.extensions["memo"].middleware
     assert app.wsgi_app is middleware and middleware.db == str(tmp_path / "x.db")
@@ -163,7 +164,7 @@ def test_flask_extension_reads_memo_settings(redis_url, tmp_path):
 
 def test_finished_jobs_leave_nothing_in_redis(redis_url, db):
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, redis_url=redis_url)
     client = app.test_client()
     client.post("/chat", **plain("I live in Springfield"))
     client.post("/chat", **plain("where should I live, Springfield or elsewhere?"))
@@ -178,7 +179,8 @@ def test_forget_removes_the_users_waiting_jobs_from_redis(redis_url, db, tmp_pat
     broken.write_text("not a folder")
     # A remember job that fails (its database folder is a file) waits in Redis for a retry.
     stuck = chat_app()
-    stuck.wsgi_app = MemoryMiddleware(stuck.wsgi_app, db=str(tmp_path / "ok.db"), redis_url=redis_url)
+    stuck.wsgi_app = MemoryMiddleware(stuck.wsgi_app, db=str(tmp_path / "ok.db"), redis_url=redis_url,
+                                      trust_user_header=True)
     stuck.wsgi_app.db = str(broken / "memo.db")
     stuck.test_client().post("/chat", **plain("I live in Springfield"))
     stuck.test_client().post("/chat", **plain("I live in Shelbyville", user="bob"))
@@ -188,7 +190,7 @@ def test_forget_removes_the_users_waiting_jobs_from_redis(redis_url, db, tmp_pat
     assert b"Springfield" in all_redis_text(redis_url)
 
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, redis_url=redis_url)
     app.test_client().post("/chat", **plain("forget everything you know about me"))
     drain(redis_url)
     text = all_redis_text(redis_url)
@@ -218,7 +220,8 @@ def test_jobs_import_without_flask():
 
 def test_each_recall_is_counted_by_a_job(redis_url, db):
     app = chat_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, clock=lambda: 1_700_000_000.0)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url,
+                                    clock=lambda: 1_700_000_000.0, trust_user_header=True)
     client = app.test_client()
     client.post("/chat", **plain("I love jazz"))
     client.post("/chat", **plain("我喜欢喝乌龙茶"))

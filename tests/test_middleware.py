@@ -109,9 +109,11 @@ class RecordingApp:
 
 
 def make(db, rules, app=None, **options):
-    """A middleware on a recording queue; most bodies here name their user (body_user=True)."""
+    """A middleware on a recording queue; most bodies here name their user (body_user=True), and the
+    user header is trusted, as behind an auth proxy that sets it."""
     options.setdefault("queue", RecordingQueue())
     options.setdefault("body_user", True)
+    options.setdefault("trust_user_header", True)
     return MemoryMiddleware(app or RecordingApp(), rules=rules, db=db, **options)
 
 
@@ -338,6 +340,48 @@ def test_body_user_is_off_by_default(db, rules):
     run(MemoryMiddleware(app, rules=rules, db=db, queue=queue), environ_for(body))
     assert app.last["body"] == body and app.last["environ"]["memo.memories"] == []
     assert queue.jobs == []
+
+
+@pytest.mark.parametrize("trust, users", [pytest.param(False, [], id="default"), pytest.param(True, ["alice"], id="trusted")])
+def test_the_user_header_names_the_user_only_when_trusted(db, rules, trust, users):
+    seed_tea_for(db, "alice")
+    app, queue = RecordingApp(), RecordingQueue()
+    body = plain(QUESTION + " " + CAPTURED)
+    run(make(db, rules, app, queue=queue, body_user=False, trust_user_header=trust),
+        environ_for(body, headers={"X-User-Id": "alice"}))
+    assert recalled_users(app.last) == users
+    assert [args[1]["user_id"] for func, args, _ in queue.jobs if func == REMEMBER] == users
+    assert (app.last["body"] == body) is not trust  # untouched when it names no one
+
+
+@pytest.mark.parametrize("options, warned", [
+    pytest.param({}, True, id="no-identity-source"),
+    pytest.param({"trust_user_header": True}, False, id="trusted-header"),
+    pytest.param({"get_user": lambda environ, body: "alice"}, False, id="get-user"),
+])
+def test_a_middleware_with_no_identity_source_says_how_to_give_one(db, rules, caplog, options, warned):
+    MemoryMiddleware(RecordingApp(), rules=rules, db=db, queue=RecordingQueue(), **options)
+    said = [r.getMessage() for r in caplog.records if "no identity source" in r.getMessage()]
+    assert said == (["memo-mw: no identity source, so no request has a user and none gets memory: pass get_user, "
+                     "or trust_user_header=True behind an auth proxy that sets X-User-Id"] if warned else [])
+
+
+@pytest.mark.parametrize("host, warned", [
+    pytest.param({}, False, id="localhost"),
+    pytest.param({"SERVER_NAME": "127.0.0.1", "HTTP_HOST": "127.0.0.1:5000"}, False, id="127.0.0.1"),
+    pytest.param({"SERVER_NAME": "::1", "HTTP_HOST": "[::1]:5000"}, False, id="ipv6-loopback"),
+    pytest.param({"SERVER_NAME": "0.0.0.0"}, True, id="all-interfaces"),
+    pytest.param({"HTTP_HOST": "chat.example.com"}, True, id="public-name"),
+    pytest.param({"HTTP_HOST": "10.0.0.5:5000"}, True, id="lan-address"),
+])
+@pytest.mark.parametrize("trust", [True, False])
+def test_trusting_the_header_off_loopback_is_warned_about_once(db, rules, caplog, host, warned, trust):
+    middleware = make(db, rules, trust_user_header=trust)
+    for _ in range(3):
+        run(middleware, environ_for(plain(QUESTION), headers={"X-User-Id": "alice"}, **host))
+    said = [r for r in caplog.records if "can claim any user" in r.getMessage()]
+    assert len(said) == (1 if warned and trust else 0)
+    assert all(r.levelname == "WARNING" and "X-User-Id header" in r.getMessage() for r in said)
 
 
 def test_custom_user_header(db, rules):

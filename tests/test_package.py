@@ -24,8 +24,9 @@ def test_pure_python():
 
 #: The core's budget was 5,000 lines (the statement grammar came in at 5,010, idf-weighted recall
 #: added 17). The chat history (history.py and its hooks in the store, recall, the middleware, the
-#: page and the CLI) is a new capability with a budget of 600 lines of its own.
-MAX_LINES = 5627
+#: page and the CLI) is a new capability with a budget of 600 lines of its own; the safety fixes of
+#: issue 33 (the worker's backoff, the degraded start, the identity settings) took about 100 more.
+MAX_LINES = 5726
 
 
 def test_the_package_stays_small():

@@ -92,7 +92,7 @@ def assert_absent(blob: bytes, raws: list[str], where: str) -> None:
 @pytest.mark.parametrize("cases", [ZH, EN], ids=["zh", "en"])
 def test_pii_never_reaches_redis_or_sqlite(redis_url, db, cases):
     app = echo_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, redis_url=redis_url)
     client = app.test_client()
     for n, (message, _, _) in enumerate(cases):
         reply = client.post("/chat", json={"message": message, "session_id": "s1", "message_id": f"m{n}"},
@@ -127,7 +127,7 @@ def test_pii_never_reaches_the_spool_while_redis_is_down(db, tmp_path, cases):
     spool = str(tmp_path / "spool")
     queue = RedisQueue(f"redis://127.0.0.1:{free_port()}/0", spool=spool, timeout=0.5)
     app = echo_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, queue=queue)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, queue=queue)
     client = app.test_client()
     try:
         for n, (message, _, _) in enumerate(cases):
@@ -149,7 +149,7 @@ SENSITIVE = [
 @pytest.mark.parametrize("message", SENSITIVE)
 def test_sensitive_categories_are_never_stored_nor_queued(redis_url, db, message):
     app = echo_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, redis_url=redis_url)
     reply = app.test_client().post("/chat", json={"message": message}, headers={"X-User-Id": "alice"}).json
     assert reply["capture"] == "sensitive"
     assert message.split()[-1].encode() not in all_redis_text(redis_url)

@@ -42,7 +42,7 @@ def wrap(db, queue):
     def chat():
         return jsonify(reply="app's own answer", got=request.get_json()["message"])
 
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, queue=queue)
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, trust_user_header=True, db=db, queue=queue)
     return app.test_client()
 
 

@@ -204,7 +204,7 @@ def test_the_middleware_watches_its_rule_files(rules_file, tmp_path):
 
     clock = Clock()
     middleware = MemoryMiddleware(chat_app, rules=str(rules_file), db=str(tmp_path / "memo.db"), clock=clock,
-                                  rules_reload_interval=INTERVAL)
+                                  rules_reload_interval=INTERVAL, trust_user_header=True)
     client = Client(middleware)
     try:
         assert isinstance(middleware.funnel, ReloadingFunnel)

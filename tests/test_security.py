@@ -24,6 +24,9 @@ from .test_middleware import contents, echo_app, seed
 
 
 def wrapped(db, redis_url=None, **options):
+    """The echo app behind the middleware; the user header is trusted (as behind an auth proxy) unless
+    the test says otherwise."""
+    options.setdefault("trust_user_header", True)
     app = echo_app()
     app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, **options)
     return app
@@ -48,6 +51,25 @@ def test_body_user_is_not_an_identity_by_default(two_users):
     assert [m["content"] for m in response.json["memories"]] == ["likes black coffee"]
     client.application.wsgi_app.queue.join()
     assert contents(two_users, "alice") == ["likes green tea"]  # nothing captured for alice
+
+
+def test_the_user_header_names_no_one_unless_trusted(two_users):
+    """Any client can send X-User-Id: by default it names no one, for the chat, the page and the API."""
+    from memo_mw.admin import blueprint_for
+
+    app = wrapped(two_users, trust_user_header=False)
+    app.register_blueprint(blueprint_for(app.wsgi_app))
+    client = app.test_client()
+    response = client.post("/chat", json={"message": "any green tea tips? I like oolong"}, headers={"X-User-Id": "alice"})
+    assert response.json["memories"] == []
+    assert response.json["received"]["message"] == "any green tea tips? I like oolong"  # untouched
+    app.wsgi_app.queue.join()
+    assert contents(two_users, "alice") == ["likes green tea"]  # nothing captured for alice
+    for method, url in [("GET", "/memo/"), ("GET", "/memo/api/memories"), ("GET", "/memo/api/export"),
+                        ("DELETE", "/memo/api/memories")]:
+        headers = {"X-User-Id": "alice", "X-Requested-With": "x"}
+        assert client.open(url, method=method, headers=headers).status_code == 401
+    assert contents(two_users, "alice") == ["likes green tea"]  # nothing deleted either
 
 
 def test_body_user_when_allowed(two_users):

@@ -97,7 +97,8 @@ def test_state_expires_after_its_last_write(state):
 
 def wrapped(db, redis_url=None):
     app = echo_app()
-    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, spool=db + ".spool")
+    app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=db, redis_url=redis_url, spool=db + ".spool",
+                                    trust_user_header=True)
     return app.test_client()
 
 

@@ -32,7 +32,7 @@ def chat(url: str, db: str, text: str, message_id: str) -> None:
         start_response("200 OK", [("Content-Type", "text/plain")])
         return [b"ok"]
 
-    response = Client(MemoryMiddleware(app, db=db, redis_url=url)).post(
+    response = Client(MemoryMiddleware(app, trust_user_header=True, db=db, redis_url=url)).post(
         "/chat", json={"message": text, "session_id": "s1", "message_id": message_id}, headers={"X-User-Id": "carol"})
     assert response.status_code == 200
 
