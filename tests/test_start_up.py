@@ -159,7 +159,7 @@ logging.basicConfig(level=logging.WARNING)
 full_disk()
 app = Flask("chat")
 app.post("/chat")(lambda: jsonify(memories=[m["content"] for m in request.environ.get("memo.memories", [])]))
-app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=sys.argv[1], redis_url=sys.argv[2])
+app.wsgi_app = MemoryMiddleware(app.wsgi_app, db=sys.argv[1], redis_url=sys.argv[2], trust_user_header=True)
 client = app.test_client()
 def say(message):
     return client.post("/chat", json={"message": message}, headers={"X-User-Id": "alice"}).json["memories"]
