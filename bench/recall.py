@@ -68,7 +68,7 @@ def build_history(path: str, messages: int = 10_000, users: int = 20) -> None:
             text = (f"我{rng.choice(ZH)}，{rng.choice(ZH)}，今天第{n % 97}次" if n // users % 5 == 0 else
                     f"I {rng.choice(VERBS)} {rng.choice(THINGS)} and {rng.choice(THINGS)}, more than {rng.choice(THINGS)}")
             history.add(store.db, {"user_id": user, "ts": now - n * 60, "session_id": f"s{n // 500}",
-                                   "history": {"text": text, "days": 90}}, [])
+                                   "history": {"text": text, "days": 90}})
 
 
 def timed(call, queries: int) -> dict:

@@ -14,7 +14,7 @@ from typing import Any
 import regex
 
 from . import defaults
-from .forgetting import forgotten, names
+from .forgetting import names
 from .text import index_terms, normalize, tokens, weight
 
 SCHEMA = """
@@ -58,14 +58,13 @@ def set_enabled(db: sqlite3.Connection, user_id: str, on: bool, *, ts: int) -> i
     return delete(db, user_id, None)
 
 
-def add(db: sqlite3.Connection, payload: dict[str, Any], markers: list[dict[str, Any]]) -> bool:
-    """Keep the payload's message (``payload["history"]``: its masked text and days to keep) unless
-    the user turned history off or a later forget request names it. True when it was kept."""
+def add(db: sqlite3.Connection, payload: dict[str, Any]) -> bool:
+    """Keep the payload's message (``payload["history"]``: its masked text and days to keep; a later
+    forget request has taken it out already: :func:`memo_mw.forgetting.without_forgotten`) unless the
+    user turned history off. True when it was kept."""
     said = payload.get("history")
     user_id, ts = payload["user_id"], int(payload["ts"])
     if not said or not said.get("text") or not enabled(db, user_id):
-        return False
-    if forgotten({"content": said["text"], "source_ts": ts, "received": payload.get("received")}, markers):
         return False
     words = tokens(said["text"])
     days = said.get("days")

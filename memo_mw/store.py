@@ -235,8 +235,9 @@ class Store(contextlib.AbstractContextManager):
             markers = stored_markers(payload, self.db.execute(
                 "select tokens, at, server_at from forget_markers where user_id = ? and (at >= ? or server_at >= ?)",
                 [user_id, int(payload["ts"]), received_at(payload)]))
-            history.add(self.db, payload, markers)
-            candidates = without_forgotten(payload, markers)["candidates"]
+            kept = without_forgotten(payload, markers)
+            history.add(self.db, kept)
+            candidates = kept["candidates"]
             edited = {slot for (slot,) in self.db.execute(
                 "select slot from edit_markers where user_id = ? and at >= ?", [user_id, received_at(payload)])}
             candidates = [c for c in candidates if slot_hash(c["key"]) not in edited]

@@ -766,15 +766,19 @@ def test_page_of_a_user_with_no_memories(db, rules):
 
 # -- mounting -------------------------------------------------------------------------
 
+def dora_likes_jazz(db):
+    with Store(db) as store:
+        store.remember({"user_id": "dora", "ts": 1, "candidates": [{
+            "type": "preference", "key": "jazz", "polarity": 1, "content": "likes jazz", "excerpt": "I like jazz",
+            "confidence": 0.7}]})
+
+
 @pytest.mark.parametrize("trust", [pytest.param(False, id="default"), pytest.param(True, id="trusted")])
 def test_the_page_and_api_take_the_user_header_only_when_trusted(tmp_path, rules, trust):
     """Anyone can send X-User-Id: unless the middleware trusts it (an auth proxy sets it), it names no one
     on the page and API, mounted from the middleware or on their own."""
     db = str(tmp_path / "memo.db")
-    with Store(db) as store:
-        store.remember({"user_id": "dora", "ts": 1, "candidates": [{
-            "type": "preference", "key": "jazz", "polarity": 1, "content": "likes jazz", "excerpt": "I like jazz",
-            "confidence": 0.7}]})
+    dora_likes_jazz(db)
     app = Flask(__name__)
     app.register_blueprint(blueprint_for(MemoryMiddleware(app.wsgi_app, db=db, rules=rules, trust_user_header=trust)))
     app.register_blueprint(create_blueprint(db, url_prefix="/mine", rules=rules, trust_user_header=trust, name="mine"))
@@ -789,10 +793,7 @@ def test_the_page_and_api_take_the_user_header_only_when_trusted(tmp_path, rules
 def test_create_blueprint_without_a_middleware(tmp_path, redis_url, rules):
     """Standalone: its own database path, header and Redis, as another process would mount it."""
     db = str(tmp_path / "memo.db")
-    with Store(db) as store:
-        store.remember({"user_id": "dora", "ts": 1, "candidates": [{
-            "type": "preference", "key": "jazz", "polarity": 1, "content": "likes jazz", "excerpt": "I like jazz",
-            "confidence": 0.7}]})
+    dora_likes_jazz(db)
     app = Flask(__name__)
     app.register_blueprint(create_blueprint(db, url_prefix="/mine", user_header="X-Account", redis_url=redis_url,
                                             rules=rules, trust_user_header=True))

@@ -185,7 +185,7 @@ def test_retention_is_fixed_as_a_message_is_written_and_pruned_by_maintenance(db
 def add(store, text, *, ts=T0, user="alice", session="s", days=None):
     payload = {"user_id": user, "ts": ts, "session_id": session, "message_id": f"m{ts}",
                "history": {"text": text, "days": days}}
-    return history.add(store.db, payload, [])
+    return history.add(store.db, payload)
 
 
 def test_search_scores_bm25_from_the_users_own_counts(db):
