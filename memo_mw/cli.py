@@ -6,7 +6,6 @@ import contextlib
 import functools
 import itertools
 import json
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -16,11 +15,11 @@ import click
 import redis
 from rq import Queue
 
-from . import counters, defaults, history, maintenance
+from . import counters, defaults, history, maintenance, postgres
 from . import insights as profile
 from .adapters import Turn, clean_id, timestamp, user_id
 from .cron import json_queue
-from .exceptions import MemoError
+from .exceptions import DATABASE_ERRORS, MemoError
 from .forgetting import forget_marker
 from .funnel import STAGES, Funnel
 from .jobs import forget_waiting
@@ -66,13 +65,13 @@ def _funnel(paths: tuple[str, ...]) -> Funnel:
 def _store(db: str, *, write: bool = False, create: bool = False) -> Iterator[Store]:
     """The store, open for the block. A database that is not there is an error, not an empty result;
     one not memo-mw's is given no schema unless ``create``; one failing midway is a one-line error."""
-    if not create and not Path(db).is_file():
+    if not create and not postgres.is_url(db) and not Path(db).is_file():
         raise click.ClickException(f"no memory database at {db!r}; check --db")
     with _one_line(MemoError):
         if write and not create:
             Store(db, readonly=True).close()  # refuses a foreign file or another schema version
         store = Store(db, readonly=not write)
-    with _one_line(sqlite3.Error, f"cannot use {db!r} as the memory database: "), store:
+    with _one_line(DATABASE_ERRORS, f"cannot use {store.db.name!r} as the memory database: "), store:
         yield store
 
 
@@ -82,7 +81,8 @@ def _redis_queue(url: str, name: str) -> Iterator[Queue]:
         yield json_queue(url, name)
 
 
-db_option = click.option("--db", default="memo.db", show_default=True, help="Path of the SQLite memory database.")
+db_option = click.option("--db", default="memo.db", show_default=True, envvar="MEMO_DB",
+                         help="The SQLite memory database's path, or a postgresql:// URL (env MEMO_DB).")
 rules_option = click.option("--rules", "rules_paths", multiple=True,
                             help="Rule file or folder (repeatable). Default: the shipped zh and en rules.")
 url_option = click.option("--url", envvar="MEMO_REDIS_URL", default="redis://127.0.0.1:6379/0", show_default=True,

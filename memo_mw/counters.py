@@ -44,7 +44,7 @@ def add(store: "Store", user_id: str, counts: dict[tuple[str, str], int]) -> int
     with store.write():
         store.db.executemany(
             "insert into topic_counts (user_id, week, topic, count) values (?, ?, ?, ?)"
-            " on conflict (user_id, week, topic) do update set count = count + excluded.count",
+            " on conflict (user_id, week, topic) do update set count = topic_counts.count + excluded.count",
             [(user_id, week, name, int(n)) for (week, name), n in counts.items()])
     return len(counts)
 

@@ -19,6 +19,7 @@ from rq.cron import CronJob
 from rq.serializers import JSONSerializer
 
 from . import defaults
+from .store import located
 from .jobs import insights, maintain
 
 #: Seconds the loop sleeps at most, as rq cron's own: a changed clock is noticed within a minute.
@@ -60,7 +61,7 @@ def main(environ: Mapping[str, str] = os.environ) -> None:
     url = environ.get("MEMO_REDIS_URL", "redis://127.0.0.1:6379/0")
     queue_name = environ.get("MEMO_QUEUE", defaults.QUEUE_NAME)
     try:
-        cron_jobs = schedule(os.path.abspath(environ.get("MEMO_DB", "memo.db")), queue_name,
+        cron_jobs = schedule(located(environ.get("MEMO_DB", "memo.db")), queue_name,
                              maintain_interval=int(environ.get("MEMO_MAINTAIN_INTERVAL", defaults.MAINTAIN_INTERVAL)),
                              insights_cron=environ.get("MEMO_INSIGHTS_CRON", defaults.INSIGHTS_CRON),
                              insights_interval=int(environ.get("MEMO_INSIGHTS_INTERVAL") or 0) or None)

@@ -81,6 +81,12 @@ FORGET_MARKER_DAYS = 8
 
 #: SQLite busy timeout: writers wait for each other instead of failing.
 SQLITE_BUSY_TIMEOUT_MS = 5000
+#: PostgreSQL: connections in each process's pool for one database URL (MEMO_PG_POOL), and seconds to
+#: wait for one (or to connect) before the call fails as a passing fault.
+PG_POOL_SIZE = 10
+#: The web process's spool with a PostgreSQL store (with SQLite: ``<db>.spool``, beside the file).
+SPOOL = "var/memo.spool"
+PG_POOL_TIMEOUT = 5.0
 #: Seconds between two logs of a failing read of the database on the request path (each request
 #: would log one until it recovers; after a degraded start, the first comes this long after it).
 FAULT_LOG_INTERVAL = 60

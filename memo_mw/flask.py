@@ -25,7 +25,7 @@ SETTINGS = (
     ("MEMO_QUEUE", "queue_name", defaults.QUEUE_NAME),
     ("MEMO_RULES_RELOAD", "rules_reload_interval", defaults.RULES_RELOAD_INTERVAL),
     ("MEMO_BODY_USER", "body_user", False),
-    ("MEMO_SPOOL", "spool", None),  # None: <MEMO_DB>.spool
+    ("MEMO_SPOOL", "spool", None),  # None: <MEMO_DB>.spool (PostgreSQL: var/memo.spool)
     ("MEMO_HISTORY", "history", True),
     ("MEMO_HISTORY_DAYS", "history_days", defaults.HISTORY_DAYS),
     ("MEMO_HISTORY_K", "history_k", defaults.HISTORY_K),

@@ -2,12 +2,12 @@
 turned history off), kept ``history_days`` with the same hashed full-text index as the memories, so
 that recall can bring back the few past messages a request is about ("[HISTORY]" in the block).
 
-Functions on the store's connection; :class:`memo_mw.store.Store` calls them when it stores a
-message, forgets and prunes, and recall reads with :func:`search` and :func:`rank`."""
+Functions on the store's engine (``store.db``: its tables are in :mod:`memo_mw.sqlite` and
+:mod:`memo_mw.postgres`); :class:`memo_mw.store.Store` calls them when it stores a message, forgets and
+prunes, and recall reads with :func:`search` and :func:`rank`."""
 
 import itertools
 import math
-import sqlite3
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,20 +16,6 @@ import regex
 from . import defaults
 from .forgetting import names
 from .text import index_terms, normalize, tokens, weight
-
-SCHEMA = """
-create table if not exists history (
-  id integer primary key, user_id text not null, session_id text, message_id text, ts integer not null,
-  expires_at integer, text text not null, terms text not null default '', words text not null default '');
-create index if not exists history_user on history (user_id, session_id, ts);
-create index if not exists history_expiry on history (expires_at);
-create virtual table if not exists history_fts using fts5 (terms, content='history', content_rowid='id');
-create trigger if not exists history_fts_insert after insert on history begin
-  insert into history_fts (rowid, terms) values (new.id, new.terms); end;
-create trigger if not exists history_fts_delete after delete on history begin
-  insert into history_fts (history_fts, rowid, terms) values ('delete', old.id, old.terms); end;
-create table if not exists history_off (user_id text primary key, at integer not null) without rowid;
-"""
 
 #: BM25's usual constants: term-frequency saturation and length normalisation.
 BM25_K1, BM25_B = 1.2, 0.75
@@ -44,21 +30,22 @@ def approx_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
-def enabled(db: sqlite3.Connection, user_id: str) -> bool:
+def enabled(db: Any, user_id: str) -> bool:
     """False when the user turned their history off."""
     return db.execute("select 1 from history_off where user_id = ?", [user_id]).fetchone() is None
 
 
-def set_enabled(db: sqlite3.Connection, user_id: str, on: bool, *, ts: int) -> int:
+def set_enabled(db: Any, user_id: str, on: bool, *, ts: int) -> int:
     """Turn the user's history on or off; off deletes what is kept. Returns how many messages went."""
     if on:
         db.execute("delete from history_off where user_id = ?", [user_id])
         return 0
-    db.execute("insert or replace into history_off values (?, ?)", [user_id, int(ts)])
+    db.execute("insert into history_off values (?, ?) on conflict (user_id) do update set at = excluded.at",
+               [user_id, int(ts)])
     return delete(db, user_id, None)
 
 
-def add(db: sqlite3.Connection, payload: dict[str, Any]) -> bool:
+def add(db: Any, payload: dict[str, Any]) -> bool:
     """Keep the payload's message (``payload["history"]``: its masked text and days to keep; a later
     forget request has taken it out already: :func:`memo_mw.forgetting.without_forgotten`) unless the
     user turned history off. True when it was kept."""
@@ -80,13 +67,13 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def rows(db: sqlite3.Connection, user_id: str) -> list[dict[str, Any]]:
+def rows(db: Any, user_id: str) -> list[dict[str, Any]]:
     """The user's kept messages, oldest first."""
     found = db.execute(f"select {', '.join(COLUMNS)} from history where user_id = ? order by ts, id", [user_id])
     return [dict(zip(COLUMNS, row)) for row in found]
 
 
-def delete(db: sqlite3.Connection, user_id: str, ids: Iterable[int] | None) -> int:
+def delete(db: Any, user_id: str, ids: Iterable[int] | None) -> int:
     """Delete the user's messages with these ids (None: all of them); another user's are ignored."""
     if ids is None:
         return db.execute("delete from history where user_id = ?", [user_id]).rowcount
@@ -94,7 +81,7 @@ def delete(db: sqlite3.Connection, user_id: str, ids: Iterable[int] | None) -> i
                           [(user_id, int(i)) for i in set(ids)]).rowcount
 
 
-def forget(db: sqlite3.Connection, user_id: str, marker: dict[str, Any], *, ts: int, now: bool) -> int:
+def forget(db: Any, user_id: str, marker: dict[str, Any], *, ts: int, now: bool) -> int:
     """Delete the messages a forget request names (its ``marker``: all, or those with its words),
     said by ``ts`` unless ``now`` (the web page and the CLI delete whatever is there)."""
     named = [m["id"] for m in rows(db, user_id)
@@ -102,12 +89,12 @@ def forget(db: sqlite3.Connection, user_id: str, marker: dict[str, Any], *, ts: 
     return delete(db, user_id, named)
 
 
-def prune(db: sqlite3.Connection, now: int) -> int:
+def prune(db: Any, now: int) -> int:
     """Delete the messages past their retention (``history_days`` when they were written)."""
     return db.execute("delete from history where expires_at <= ?", [int(now)]).rowcount
 
 
-def search(db: sqlite3.Connection, user_id: str, words: Iterable[str], *, now: float, session_id: str | None,
+def search(db: Any, user_id: str, words: Iterable[str], *, now: float, session_id: str | None,
            limit: int = defaults.RECALL_CANDIDATES) -> list[dict[str, Any]]:
     """The user's kept messages that share a word with the request, each with its ``bm25`` and
     ``match`` (:func:`_score`), not the current session's last turns (the app has them): the newest
@@ -118,24 +105,24 @@ def search(db: sqlite3.Connection, user_id: str, words: Iterable[str], *, now: f
         return []
     n_docs = db.execute("select count(*) from history where user_id = ?", [user_id]).fetchone()[0]
     rare = [term for term, n in counts.values() if n <= max(limit, n_docs / 10)] or [t for t, _ in counts.values()]
+    join, join_args, _ = db.match("history", "h", rare)
+    session = "session_id is null" if session_id is None else "session_id = ?"
     found = [dict(zip((*COLUMNS, "words"), row)) for row in db.execute(
-        f"select {', '.join('h.' + c for c in COLUMNS)}, h.words from history_fts"
-        " join history h on h.id = history_fts.rowid where history_fts match ? and h.user_id = ?"
+        f"select {', '.join('h.' + c for c in COLUMNS)}, h.words from history h {join} where h.user_id = ?"
         " and (h.expires_at is null or h.expires_at > ?) and h.id not in (select id from history"
-        " where user_id = ? and session_id is ? order by ts desc, id desc limit ?)"
-        " order by history_fts.rowid desc limit ?",
-        [" OR ".join(f'"{term}"' for term in rare), user_id, int(now), user_id, session_id,
+        f" where user_id = ? and {session} order by ts desc, id desc limit ?) order by h.id desc limit ?",
+        [*join_args, user_id, int(now), user_id, *([] if session_id is None else [session_id]),
          defaults.HISTORY_SKIP_TURNS, limit])]
     return _score(found, {word: n for word, (_, n) in counts.items()}, n_docs)
 
 
-def _counts(db: sqlite3.Connection, user_id: str, words: Iterable[str]) -> dict[str, tuple[str, int]]:
+def _counts(db: Any, user_id: str, words: Iterable[str]) -> dict[str, tuple[str, int]]:
     """Each word the user's messages have: its index term and how many of them have it. (The index
     is every user's, so its own statistics are not this user's: BM25 is computed from these.)"""
     words = sorted(set(words))
     counts = {}
     for word, term in zip(words, index_terms(user_id, words)):
-        if n := db.execute("select count(*) from history_fts where history_fts match ?", [f'"{term}"']).fetchone()[0]:
+        if n := db.count_matching("history", term):
             counts[word] = (term, n)
     return counts
 

@@ -26,8 +26,7 @@ def maintain(store: Store, *, now: int, confirm_days: float = defaults.CONFIRM_D
         ids = [m["id"] for m in store.rows("where user_id = ? and status = ? and remove_at <= ?",
                                           [user_id, PENDING_CONFIRM, now])]
         removed += store.delete(user_id, ids, ts=now, action="expired", reason="not confirmed after expiry")
-    if pruned:
-        store.vacuum_deleted()  # the pruned text leaves the files too
+    store.db.reclaim()  # the pruned and deleted text leaves the files too
     return {"expired": expired, "removed": removed, "resolved": resolved, "history_pruned": pruned}
 
 

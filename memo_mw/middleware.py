@@ -29,7 +29,7 @@ from .recall import RecallConfig, Recaller, format_block
 from .reload import make_funnel
 from .rules import RuleSet
 from .state import EMPTY, UserState
-from .store import check_writable
+from .store import check_writable, located, spool_for
 from .text import json_utf8, normalize, stable_id
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ class MemoryMiddleware:
     configuration table gives each default, and :class:`memo_mw.Memo` reads them as ``MEMO_*``.
 
     :param rules: rule files or folders (``None``: the shipped ones), or a loaded ``RuleSet``.
-    :param db: the SQLite file, made absolute (the worker may run in another folder). A configuration
+    :param db: the SQLite file, made absolute (the worker may run in another folder), or a
+        ``postgresql://`` URL (docs/deployment.md). A configuration
         mistake raises :class:`~memo_mw.exceptions.StoreError`; a full disk or a read-only folder
         starts the middleware degraded (docs/reliability.md, "SQLite").
     :param redis_url: Redis for the jobs; ``None``: one thread of this process runs them (embedded).
@@ -59,7 +60,7 @@ class MemoryMiddleware:
     :param body_user: also take the user id from the body (off: a client must not name whose
         memories it reads).
     :param inject_field: for plain bodies, the field for the block instead of ``message``.
-    :param spool: with ``redis_url``, where jobs wait while Redis is down (default ``<db>.spool``).
+    :param spool: with ``redis_url``, where jobs wait while Redis is down (default ``<db>.spool``; with PostgreSQL ``var/memo.spool``).
     :param queue: a queue to use instead of the one ``redis_url`` implies.
     :param history: keep each user message (masked; never a sensitive one) as chat history, and
         bring back the few past messages a request is about (``[HISTORY]``).
@@ -82,7 +83,7 @@ class MemoryMiddleware:
         # The rule files are looked at by the monotonic clock, or by the clock given (tests, replays).
         self.funnel = make_funnel(rules, reload_interval=rules_reload_interval,
                                   clock=time.monotonic if clock is time.time else clock)
-        self.db = os.path.abspath(db)
+        self.db = located(db)
         self._quiet_until = 0.0  # (monotonic) until then a failing read of the database is not logged again
         self._check_database()
         self.paths = frozenset([paths] if isinstance(paths, str) else paths)
@@ -95,7 +96,7 @@ class MemoryMiddleware:
         self.max_body = max_body
         self.inject_field = inject_field
         self.queue = queue if queue is not None else make_queue(redis_url, name=queue_name,
-                                                                 spool=spool or self.db + ".spool")
+                                                                 spool=spool or spool_for(self.db))
         self.recaller = Recaller(self.db, self.funnel, RecallConfig(k=recall_k, budget=recall_budget,
                                                                     history_k=history_k))
         self.history, self.history_days = history, history_days

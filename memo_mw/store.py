@@ -1,82 +1,35 @@
-"""The SQLite store: one file, one schema, and the narrow interface another engine would implement
-(``remember``, ``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``).
+"""The store: memories, chat history, insights and counters behind one narrow interface (``remember``,
+``supersede``, ``touch``, ``forget``, ``delete``, ``edit``, ``list``, ``get``, ``search``), on one of two
+engines: a SQLite file (:mod:`memo_mw.sqlite`, the default) or a PostgreSQL database for more than one host
+(:mod:`memo_mw.postgres`, ``db="postgresql://..."``). The SQL here is written once for both.
 
-Jobs, the memories page and the CLI write; the chat request only reads (WAL mode). Index terms are hashed with
+Jobs, the memories page and the CLI write; the chat request only reads. Index terms are hashed with
 the user id; forgetting is physical (docs/design.md, "The store")."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
-import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from . import defaults, history
-from .exceptions import StoreError
+from . import defaults, history, postgres
 from .forgetting import forget_marker, forgotten, received_at, slot_hash, stored_markers, without_forgotten
+from .sqlite import SCHEMA_VERSION, SQLite  # noqa: F401 (SCHEMA_VERSION: the store's, for its callers)
 from .text import index_terms, normalize, tokens
 
-log = logging.getLogger(__name__)
-
 ACTIVE, SUPERSEDED, PENDING_CONFIRM, EXPIRED = "active", "superseded", "pending_confirm", "expired"
-
-#: Bump when SCHEMA changes; a file made by another version is refused with a clear error, but
-#: one made by version 1 (before the chat history) gets the history tables when opened for writing.
-SCHEMA_VERSION = 2
-
-SCHEMA = """
-create table if not exists memories (
-  id integer primary key, user_id text not null, type text not null, key text not null,
-  polarity integer not null, content text not null, excerpt text, source_session text,
-  source_ts integer, source_ids text not null default '[]', confidence real,
-  status text not null default 'active', active integer not null default 1,
-  hits integer not null default 0, last_accessed integer, created_at integer not null,
-  updated_at integer, expires_at integer, rule_id text, topics text not null default '[]',
-  superseded_by integer, language text, confirm_shown_at integer, remove_at integer,
-  terms text not null default '', words text not null default '');
-create index if not exists memories_user on memories (user_id, active);
-create index if not exists memories_slot on memories (user_id, key, polarity);
-create index if not exists memories_expiry on memories (status, expires_at);
-create index if not exists memories_always on memories (user_id) where type = 'style' or status = 'pending_confirm';
-create virtual table if not exists memories_fts using fts5 (terms, content='memories', content_rowid='id');
-create trigger if not exists memories_fts_insert after insert on memories begin
-  insert into memories_fts (rowid, terms) values (new.id, new.terms); end;
-create trigger if not exists memories_fts_delete after delete on memories begin
-  insert into memories_fts (memories_fts, rowid, terms) values ('delete', old.id, old.terms); end;
-create trigger if not exists memories_fts_update after update of terms on memories begin
-  insert into memories_fts (memories_fts, rowid, terms) values ('delete', old.id, old.terms);
-  insert into memories_fts (rowid, terms) values (new.id, new.terms); end;
-create table if not exists processed_jobs (job_key text primary key, user_id text, processed_at integer);
-create index if not exists processed_jobs_user on processed_jobs (user_id);
-create table if not exists audit (id integer primary key, user_id text, action text, count integer,
-  at integer, reason text);
-create table if not exists forget_markers (user_id text not null, tokens text, at integer not null, server_at real);
-create index if not exists forget_markers_user on forget_markers (user_id, at);
-create table if not exists edit_markers (user_id text not null, slot text not null, at real not null);
-create index if not exists edit_markers_user on edit_markers (user_id, at);
-create table if not exists topic_counts (user_id text not null, week text not null, topic text not null,
-  count integer not null, primary key (user_id, week, topic)) without rowid;
-create table if not exists insights (id integer primary key, user_id text not null, rank integer not null,
-  topic text not null, text text not null, count integer not null, weeks integer, first_seen text,
-  last_seen text, confidence text not null, language text, created_at integer not null);
-create index if not exists insights_user on insights (user_id, rank);
-""" + history.SCHEMA
 
 #: The memory fields as the package hands them out (``terms`` is the index's, not the user's).
 COLUMNS = ("id", "user_id", "type", "key", "polarity", "content", "excerpt", "source_session", "source_ts",
            "source_ids", "confidence", "status", "active", "hits", "last_accessed", "created_at", "updated_at",
            "expires_at", "rule_id", "topics", "superseded_by", "language", "confirm_shown_at", "remove_at", "words")
-SELECT = f"select {', '.join(COLUMNS)} from memories"
+SELECT = f"select {', '.join('memories.' + c for c in COLUMNS)} from memories"
 #: What recall may show: active memories, and an expired one awaiting a confirmation not yet asked.
 RECALLABLE = f"(active = 1 or (status = '{PENDING_CONFIRM}' and confirm_shown_at is null))"
-#: FTS5 drops deleted entries at once only from SQLite 3.42 on; before, an 'optimize' does.
-SECURE_FTS = sqlite3.sqlite_version_info >= (3, 42, 0)
-FTS_TABLES = ("memories_fts", "history_fts")
 
 
 def indexed(user_id: str, content: str, key: str, topics: Iterable[str]) -> dict[str, str]:
@@ -87,81 +40,43 @@ def indexed(user_id: str, content: str, key: str, topics: Iterable[str]) -> dict
             "words": " ".join(sorted(words))}
 
 
-def connect(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open the file with the pragmas memo-mw relies on; create the schema unless read-only."""
-    path = str(path)
+def engine(db: str | Path, *, readonly: bool = False) -> SQLite | postgres.PostgreSQL:
+    """The engine ``db`` names: a PostgreSQL URL, or else the path of a SQLite file."""
+    return postgres.PostgreSQL(db, readonly=readonly) if postgres.is_url(db) else SQLite(db, readonly=readonly)
+
+
+def located(db: str | Path) -> str:
+    """``db`` as every process can use it: a PostgreSQL URL as it is, a file path made absolute (the
+    worker may run in another folder)."""
+    return str(db) if postgres.is_url(db) else os.path.abspath(db)
+
+
+def spool_for(db: str) -> str:
+    """The default spool of the web process (where jobs wait while Redis is down): beside the SQLite
+    file, or for PostgreSQL a file of this host (``defaults.SPOOL``, made absolute)."""
+    return os.path.abspath(defaults.SPOOL) if postgres.is_url(db) else f"{db}.spool"
+
+
+def check_writable(db: str | Path) -> None:
+    """A start-up check: the store opens as a memo-mw database and takes a write. A wrong, corrupt
+    or read-only file, or a database that cannot be reached, is found when the app starts, not by the
+    first job that stores a memory; :func:`memo_mw.exceptions.passing_fault` tells a fault that passes
+    by itself from a configuration mistake."""
+    conn = engine(db)
     try:
-        if not readonly and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro" if readonly else path, uri=readonly,
-                               check_same_thread=False, isolation_level=None,
-                               timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000)
-        if readonly:
-            conn.execute("PRAGMA query_only = ON")
-        else:
-            conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: a power cut loses commits, never the file
-            conn.execute("PRAGMA secure_delete = ON")  # deleted text is overwritten, not left in free pages
-            _create(conn, path)
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
-            upgrade = " (opening it once for writing, e.g. with `memo-mw maintain`, upgrades it)" if version == 1 else ""
-            raise StoreError(f"{path!r} holds schema version {version}, this memo-mw reads version {SCHEMA_VERSION}"
-                             + upgrade)
-        return conn
-    except sqlite3.DatabaseError as exc:
-        raise StoreError(f"cannot use {path!r} as the memory database: {exc}") from exc
-    except OSError as exc:
-        raise StoreError(f"cannot open the memory database {path!r}: {exc}") from exc
-
-
-def _create(conn: sqlite3.Connection, path: str) -> None:
-    """WAL mode and the schema. Processes starting together on a new file race for the write lock:
-    the loser waits (busy timeout) and then finds everything made."""
-    for attempt in range(50):
-        try:
-            if path != ":memory:" and conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
-                return
-            conn.execute("begin immediate")
-            try:
-                if conn.execute("PRAGMA user_version").fetchone()[0] in (0, 1):
-                    conn.executescript(SCHEMA.replace("\n", " ") + f"; PRAGMA user_version = {SCHEMA_VERSION};")
-                    for table in FTS_TABLES if SECURE_FTS else ():
-                        conn.execute(f"insert into {table} ({table}, rank) values ('secure-delete', 1)")
-            finally:
-                if conn.in_transaction:
-                    conn.execute("commit")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc):
-                raise
-            time.sleep(0.02 * (attempt + 1))
-    raise StoreError(f"{path!r} stayed locked while memo-mw tried to create its schema")
-
-
-def check_writable(path: str | Path) -> None:
-    """A start-up check: the file opens as a memo-mw database and takes a write. A wrong, corrupt
-    or read-only file is found when the app starts, not by the first job that stores a memory;
-    :func:`memo_mw.exceptions.passing_fault` tells a fault that passes by itself from a configuration mistake."""
-    if os.path.isdir(path):
-        raise StoreError(f"{str(path)!r} is a directory, not the memory database file")
-    with contextlib.closing(connect(path)) as conn:
-        try:
-            conn.execute("PRAGMA busy_timeout = 500")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # a write that changes nothing
-        except sqlite3.DatabaseError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
-                raise StoreError(f"cannot write the memory database {str(path)!r}: {exc}") from exc
-            log.warning("memo-mw: %r is locked by another writer; starting without the write check", str(path))
+        conn.check_writable()
+    finally:
+        conn.close()
 
 
 class Store(contextlib.AbstractContextManager):
-    """Memories in one SQLite file. One instance per thread; ``with Store(path) as store`` closes it."""
+    """Memories in a SQLite file or a PostgreSQL database (``db``: a path, or a ``postgresql://`` URL).
+    One instance per thread; ``with Store(db) as store`` closes it (on PostgreSQL: gives its connection
+    back to the pool). ``store.db`` runs SQL written for both engines (``?`` placeholders)."""
 
-    def __init__(self, path: str | Path, *, readonly: bool = False):
-        self.path = str(path)
-        self.db = connect(path, readonly=readonly)
+    def __init__(self, db: str | Path, *, readonly: bool = False):
+        self.path = str(db)
+        self.db = engine(db, readonly=readonly)
 
     def close(self) -> None:
         self.db.close()
@@ -197,39 +112,27 @@ class Store(contextlib.AbstractContextManager):
         else:
             terms = index_terms(user_id, sorted(set(words)))
             # Filtered inside the limit: superseded memories keep their terms and must not crowd out the rest.
+            join, join_args, best_first = self.db.match("memories", "memories", terms) if terms else ("", [], "")
             found = [] if not terms else self.rows(
-                f"join memories_fts on memories.id = memories_fts.rowid where memories_fts match ? and user_id = ?"
-                f" and {RECALLABLE} order by memories_fts.rank limit ?",
-                [" OR ".join(f'"{t}"' for t in terms), user_id, limit])
+                f"{join} where user_id = ? and {RECALLABLE} order by {best_first} limit ?",
+                [*join_args, user_id, limit])
         seen = {m["id"] for m in found}
         # (The condition of the partial index memories_always, written as it is there, so it is used.)
         always = self.rows(f"where user_id = ? and (type = 'style' or status = 'pending_confirm') and {RECALLABLE}",
                            [user_id])
         return found + [m for m in always if m["id"] not in seen]
 
-    @contextlib.contextmanager
-    def write(self) -> Iterator[None]:
-        """A transaction that takes the write lock up front (BEGIN IMMEDIATE): a second writer
-        waits out the busy timeout instead of failing. Inside an open one, a savepoint."""
-        nested = self.db.in_transaction
-        self.db.execute("savepoint nested" if nested else "begin immediate")
-        try:
-            yield
-        except BaseException:
-            if nested:
-                self.db.execute("rollback to nested")
-                self.db.execute("release nested")
-            else:
-                self.db.rollback()
-            raise
-        self.db.execute("release nested" if nested else "commit")
+    def write(self, user_id: str | None = None) -> contextlib.AbstractContextManager[None]:
+        """A write transaction (inside an open one, a savepoint) holding the write lock: of one user, or of
+        the whole store; a second writer waits for it instead of failing."""
+        return self.db.transaction(user_id)
 
     def remember(self, payload: dict[str, Any]) -> list[str]:
         """Apply one captured message: each candidate is ``stored``, ``merged`` into the same memory,
         ``superseded`` an older one on its slot, ``outdated`` by a newer one there (a late job), or
         ``discarded`` (a later forget request or edit names it); ``["duplicate_job"]``: applied before."""
         job_key, user_id = payload.get("job_key"), payload["user_id"]
-        with self.write():
+        with self.write(user_id):
             if job_key and self.db.execute("select 1 from processed_jobs where job_key = ?", [job_key]).fetchone():
                 return ["duplicate_job"]
             markers = stored_markers(payload, self.db.execute(
@@ -272,8 +175,8 @@ class Store(contextlib.AbstractContextManager):
             "rule_id": candidate.get("rule_id"), "topics": json.dumps(topics), "language": candidate.get("language"),
             **indexed(user_id, candidate["content"], candidate["key"], topics),
         }
-        new_id = self.db.execute(f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
-                                 list(values.values())).lastrowid
+        new_id = self.db.insert(f"insert into memories ({', '.join(values)}) values ({', '.join('?' * len(values))})",
+                                list(values.values()))
         # The newer statement on the slot wins, whichever job runs last (a retry, a spooled job).
         if newer := [row for row in same_slot if (row["source_ts"] or 0) > ts]:
             self.supersede(new_id, newer[-1]["id"], ts)
@@ -293,7 +196,7 @@ class Store(contextlib.AbstractContextManager):
     def edit(self, user_id: str, memory_id: int, content: str, at: float) -> dict[str, Any] | None:
         """The user's own correction of a memory's line (the web page): indexed again, and marked
         so that a statement on its slot read before the edit does not undo it."""
-        with self.write():
+        with self.write(user_id):
             memory = self.get(user_id, memory_id)
             if memory is None:
                 return None
@@ -309,12 +212,13 @@ class Store(contextlib.AbstractContextManager):
     def touch(self, user_id: str, ids: Iterable[int], ts: int) -> int:
         """Count a recall of these memories; an expired one awaiting confirmation was shown its once.
         Returns how many memories were updated."""
-        with self.write():
+        with self.write(user_id):
             return self.db.executemany(
-                "update memories set hits = hits + 1, last_accessed = max(coalesce(last_accessed, 0), ?),"
+                "update memories set hits = hits + 1,"
+                " last_accessed = case when last_accessed > ? then last_accessed else ? end,"
                 " confirm_shown_at = case when status = ? then coalesce(confirm_shown_at, ?) end"
                 " where user_id = ? and id = ?",
-                [(int(ts), PENDING_CONFIRM, int(ts), user_id, i) for i in {int(i) for i in ids}]).rowcount
+                [(int(ts), int(ts), PENDING_CONFIRM, int(ts), user_id, i) for i in {int(i) for i in ids}]).rowcount
 
     def forget(self, user_id: str, *, match: str | None = None, ts: int, reason: str,
                at: float | None = None, now: bool = False) -> int:
@@ -322,7 +226,7 @@ class Store(contextlib.AbstractContextManager):
         nothing said before the request and still waiting is stored afterwards. ``now``: done as it is
         made (the web page, the CLI); a job, which may run late, spares what was said after the request."""
         marker = forget_marker(match, ts, at)
-        with self.write():
+        with self.write(user_id):
             rows = [m for m in self.list(user_id, include_inactive=True)
                     if (now or (m["source_ts"] or m["created_at"] or 0) <= ts)
                     and (match is None or forgotten(m, [{**marker, "at": None, "ts": float("inf")}]))]
@@ -341,7 +245,7 @@ class Store(contextlib.AbstractContextManager):
                reason: str = "user request") -> int:
         """Delete these memories of the user physically; another user's ids are ignored."""
         ids = [int(i) for i in ids]
-        with self.write():
+        with self.write(user_id):
             mine = self.rows(f"where user_id = ? and id in ({','.join('?' * len(ids))})", [user_id, *ids]) if ids else []
             count = self._delete(user_id, [m["id"] for m in mine], ts=ts, action=action, reason=reason)
             if action == "delete":  # the user's own deletion: a statement of it still waiting is not stored,
@@ -375,21 +279,9 @@ class Store(contextlib.AbstractContextManager):
                         [user_id, action, count, int(ts), reason])
 
     def vacuum_deleted(self) -> None:
-        """Leave no deleted text in any file: FTS5 drops deleted entries, and the WAL is truncated."""
-        if self.db.in_transaction:
-            return
-        for table in FTS_TABLES:
-            secure = self.db.execute(f"select v from {table}_config where k = 'secure-delete'").fetchone()
-            if not (secure and secure[0]):  # SQLite before 3.42, or a file made by one: merge deleted entries out
-                with self.write():
-                    self.db.execute(f"insert into {table} ({table}) values ('optimize')")
-                    if SECURE_FTS:  # and from now on, FTS5 drops them as they are deleted
-                        self.db.execute(f"insert into {table} ({table}, rank) values ('secure-delete', 1)")
-        for _ in range(20):  # a reader mid-transaction can hold the checkpoint back for a moment
-            if not self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-                return
-            time.sleep(0.05)
-        log.warning("memo-mw: the WAL of %s was not truncated after a deletion; the next checkpoint will", self.path)
+        """Leave no deleted text behind, as far as the engine can at once (:meth:`memo_mw.sqlite.SQLite.erase`,
+        :meth:`memo_mw.postgres.PostgreSQL.erase`); inside a caller's transaction, after its commit."""
+        self.db.erase()
 
     def audit(self, user_id: str) -> list[dict[str, Any]]:
         """The user's deletions, without their content: what, how many, when, why."""

@@ -18,7 +18,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
-from memo_mw import MemoryMiddleware, counters, defaults, jobs, store
+from memo_mw import MemoryMiddleware, counters, defaults, jobs, sqlite
 from memo_mw.forgetting import forget_marker
 from memo_mw.queue import REMEMBER, RETRY_INTERVALS
 from memo_mw.reload import make_funnel
@@ -124,14 +124,14 @@ def on_a_full_disk(monkeypatch, db, room_pages=0):
     the cap is set from here, as no test can fill a real disk)."""
     with Store(db) as opened:
         pages = opened.db.execute("PRAGMA page_count").fetchone()[0] + room_pages
-    opened_by_memo = store.connect
+    opened_by_memo = sqlite.connect
 
     def connect(path, *, readonly=False):
         conn = opened_by_memo(path, readonly=readonly)
         conn.execute(f"PRAGMA max_page_count = {pages}")
         return conn
 
-    monkeypatch.setattr(store, "connect", connect)
+    monkeypatch.setattr(sqlite, "connect", connect)
 
 
 def test_a_full_disk_keeps_the_captures_retrying_until_there_is_room(db, redis_url, make_queue, monkeypatch):

@@ -196,7 +196,7 @@ def _other_version(path):
 
 
 @pytest.mark.parametrize("make, error", [
-    pytest.param(lambda path: path.mkdir() or path, "is a directory", id="a-directory"),
+    pytest.param(lambda path: path.mkdir() or path, "it is a directory", id="a-directory"),
     pytest.param(lambda path: path.write_bytes(b"this is not sqlite" * 100) and path, "not a database",
                  id="not-a-database"),
     pytest.param(_other_version, "schema version 99", id="another-schema-version"),
