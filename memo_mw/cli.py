@@ -24,6 +24,7 @@ from .forgetting import forget_marker
 from .funnel import STAGES, Funnel
 from .jobs import forget_waiting
 from .middleware import remember_payload
+from .migrate import migrate
 from .recall import RecallConfig, Recaller
 from .rules import check_rules, load_rules
 from .state import UserState
@@ -93,7 +94,7 @@ now_option = click.option("--now", type=float, default=None, help="The clock, ep
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, commands=[migrate])
 @click.version_option(package_name="memo-mw")
 def main() -> None:
     """memo-mw: rule-based long-term memory for chat apps."""
@@ -105,8 +106,8 @@ def main() -> None:
 @click.option("--burst", is_flag=True, help="Quit when the queue is empty (a one-off: Redis down is an error).")
 @click.option("--name", default=None, help="Worker name (default: random).")
 @click.option("--db", "dbs", multiple=True, envvar="MEMO_DB",
-              help="A memory database the jobs use (repeatable; env MEMO_DB): checked before starting, "
-                   "then held open so that each job's own connection is never the last one.")
+              help="A memory database the jobs use, a file or a postgresql:// URL (repeatable; env MEMO_DB): "
+                   "checked before starting, then held open (a job's own connection is never the last one).")
 @click.option("--simple/--fork", default=True,
               help="Run jobs in this process (rq's SimpleWorker; the default, several times faster: a fork costs "
                    "more than a job; a job killing Python stops it) or each in a forked child (rq's Worker).")
@@ -120,8 +121,7 @@ def worker(url: str, queue_name: str, burst: bool, name: str | None, dbs: tuple[
         for path in dbs:  # a bad database fails now, not per job
             with _one_line(MemoError):
                 check_writable(path)
-                # Closing the last connection checkpoints and deletes the WAL, milliseconds a job.
-                held.enter_context(Store(path))
+                held.enter_context(Store(path))  # (SQLite: closing the last one checkpoints, milliseconds a job)
         start = functools.partial(new_worker, url, queue_name, name=name, simple=simple)
         with _one_line((redis.RedisError, ValueError), f"cannot reach Redis at {url}: "):
             start().work(burst=True, with_scheduler=True) if burst else run_worker(start, url, retry_max=retry_max)

@@ -129,6 +129,21 @@ class PostgreSQL:
     def count_matching(self, table: str, term: str) -> int:
         return self.execute(f"select count(*) from {table} where tsv @@ cast(? as tsquery)", [f"'{term}'"]).fetchone()[0]
 
+    def columns(self, table: str) -> list[str]:
+        return [column.name for column in self.conn.execute(f"select * from {table} limit 0").description]
+
+    def stream(self, sql: str, size: int) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of a query, ``size`` at a time, through a server-side cursor (``memo-mw migrate``)."""
+        with self.conn.transaction(), self.conn.cursor(name="memo_stream") as cursor:
+            cursor.execute(_placeholders(sql))
+            while rows := cursor.fetchmany(size):
+                yield rows
+
+    def ids_follow(self, table: str) -> None:
+        """After rows were copied in with their ids: new rows take ids after the largest."""
+        self.execute(f"select setval(pg_get_serial_sequence('{table}', 'id'), coalesce(max(id), 0) + 1, false)"
+                     f" from {table}")
+
     def erase(self) -> None:
         """After a deletion: the rows are gone for every query at once. Their bytes stay in the table's
         files as dead rows until VACUUM (autovacuum, and :meth:`reclaim` in each maintenance run), and in

@@ -147,6 +147,18 @@ class SQLite:
             time.sleep(0.05)
         log.warning("memo-mw: the WAL of %s was not truncated after a deletion; the next checkpoint will", self.name)
 
+    def columns(self, table: str) -> list[str]:
+        return [row[1] for row in self.conn.execute(f"pragma table_info({table})")]
+
+    def stream(self, sql: str, size: int) -> Iterator[list[tuple[Any, ...]]]:
+        """The rows of a query, ``size`` at a time (``memo-mw migrate``)."""
+        cursor = self.conn.execute(sql)
+        while rows := cursor.fetchmany(size):
+            yield rows
+
+    def ids_follow(self, table: str) -> None:
+        """After rows were copied in with their ids: (SQLite gives a new row the next id by itself)."""
+
     def reclaim(self) -> None:
         """The maintenance job's pass: as :meth:`erase` (SQLite leaves nothing to reclaim later)."""
         self.erase()
