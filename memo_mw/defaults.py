@@ -79,8 +79,9 @@ JOB_FAILURE_TTL = 7 * 86400
 #: Days a forget request's hashed tokens are kept: longer than any job (even a failed one) waits.
 FORGET_MARKER_DAYS = 8
 
-#: SQLite busy timeout: writers wait for each other instead of failing.
-SQLITE_BUSY_TIMEOUT_MS = 5000
+#: How long a writer waits for another's lock before it fails (and its job is retried): SQLite's busy
+#: timeout, PostgreSQL's lock_timeout.
+BUSY_TIMEOUT_MS = 5000
 #: PostgreSQL: connections in each process's pool for one database URL (MEMO_PG_POOL), and seconds to
 #: wait for one (or to connect) before the call fails as a passing fault.
 PG_POOL_SIZE = 10

@@ -36,8 +36,8 @@ PASSING_CODES = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IO
 PASSING_WORDS = ("full", "readonly", "unable to open", "I/O error", "locked", "busy")
 PASSING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO})
 #: PostgreSQL's SQLSTATE classes of faults that pass: connection lost, too many connections or a full
-#: disk, the server shutting down or starting, a deadlock or serialization failure (retried).
-PASSING_SQLSTATES = ("08", "53", "57", "40", "58")
+#: disk, the server shutting down or starting, a deadlock or serialization failure, a lock held too long.
+PASSING_SQLSTATES = ("08", "53", "57", "40", "58", "55P03")
 
 
 def passing_fault(exc: BaseException) -> bool:

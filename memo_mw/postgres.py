@@ -195,8 +195,13 @@ def _pool(url: str, name: str, *, readonly: bool) -> Any:
         _POOLS[key] = psycopg_pool.ConnectionPool(
             url, min_size=1, max_size=int(os.environ.get("MEMO_PG_POOL", defaults.PG_POOL_SIZE)),
             timeout=defaults.PG_POOL_TIMEOUT, check=psycopg_pool.ConnectionPool.check_connection, kwargs=options,
-            name=name, open=True)
+            configure=_configure, name=name, open=True)
     return _POOLS[key]
+
+
+def _configure(conn: Any) -> None:
+    """Each new connection: a writer waits for another's lock as long as on SQLite, then fails (and is retried)."""
+    conn.execute(f"set lock_timeout = {int(defaults.BUSY_TIMEOUT_MS)}")
 
 
 def _create(conn: Any, name: str, *, readonly: bool) -> None:

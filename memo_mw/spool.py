@@ -31,7 +31,7 @@ class Spool:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             # The jobs hold what users said (masked): the file is for this account only.
             os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
-        conn = sqlite3.connect(self.path, timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        conn = sqlite3.connect(self.path, timeout=defaults.BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         try:
             conn.execute("PRAGMA secure_delete = ON")  # sent jobs hold user text: overwrite it
             conn.execute("create table if not exists jobs (id integer primary key, job text not null)")

@@ -186,7 +186,7 @@ def connect(path: str, *, readonly: bool) -> sqlite3.Connection:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro" if readonly else path, uri=readonly,
                                check_same_thread=False, isolation_level=None,
-                               timeout=defaults.SQLITE_BUSY_TIMEOUT_MS / 1000)
+                               timeout=defaults.BUSY_TIMEOUT_MS / 1000)
         if readonly:
             conn.execute("PRAGMA query_only = ON")
         else:

@@ -2,7 +2,7 @@
 
 ``db`` is a SQLite file in a temporary folder; in a test marked ``both_engines`` (a module's
 ``pytestmark``), it is that and, as a second case, a fresh schema of the private PostgreSQL server:
-the store's behaviour suites run on both engines."""
+the store's behaviour suites run on both engines (but a test marked ``sqlite_only``: of SQLite's files)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ ENGINES = ("sqlite", "postgresql")
 
 
 def pytest_generate_tests(metafunc):
-    if "db" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_engines"):
+    marked = metafunc.definition.get_closest_marker
+    if "db" in metafunc.fixturenames and marked("both_engines") and not marked("sqlite_only"):
         metafunc.parametrize("db", ENGINES, indirect=True)
 
 

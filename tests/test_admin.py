@@ -20,6 +20,8 @@ from memo_mw.text import index_terms
 
 from .conftest import all_redis_text, database_bytes, drain
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 TOKEN = "admin-token-for-tests-0123456789"
 
 

@@ -31,6 +31,8 @@ from memo_mw.store import Store
 
 from .conftest import drain, free_port
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 BIN = Path(sys.executable).parent
 MEMO_MW = shutil.which("memo-mw", path=str(BIN))
 
@@ -551,7 +553,7 @@ def chat_with_a_waiting_job(redis_url, rules_dir, db) -> Queue:
                                   "--with-scheduler", "--serializer", "rq.serializers.JSONSerializer",
                                   "--worker-class", "rq.SimpleWorker", "memo"], id="plain-rq-worker"),
 ])
-def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_dir, db, command):
+def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_dir, db, command, tmp_path):
     queue = chat_with_a_waiting_job(redis_url, rules_dir, db)
     with Store(db) as store:
         assert store.list("carol") == []  # nothing is written until a worker runs the job
@@ -559,7 +561,7 @@ def test_worker_burst_drains_a_job_enqueued_by_the_middleware(redis_url, rules_d
     # rq 3.0's burst worker may take a minute to exit: it closes its pubsub connection while the
     # listener thread waits up to 60 s for a message.
     proc = subprocess.run(command(redis_url, db), check=False, capture_output=True, text=True, timeout=150,
-                          cwd=os.path.dirname(db))
+                          cwd=tmp_path)  # (not where the middleware was: the job names the database)
     assert proc.returncode == 0, proc.stderr
     assert queue.count == 0 and queue.failed_job_registry.count == 0
     with Store(db) as store:

@@ -12,13 +12,14 @@ import subprocess
 import sys
 import time
 
+import psycopg
 import pytest
 from flask import Flask, jsonify
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
-from memo_mw import MemoryMiddleware, counters, defaults, jobs, sqlite
+from memo_mw import MemoryMiddleware, counters, defaults, jobs, postgres, sqlite
 from memo_mw.forgetting import forget_marker
 from memo_mw.queue import REMEMBER, RETRY_INTERVALS
 from memo_mw.reload import make_funnel
@@ -26,6 +27,8 @@ from memo_mw.store import Store, check_writable
 
 from .conftest import all_redis_text, wait_until
 from .loadgen import BurstSimpleWorker, BurstWorker, drain, opened_queues, word
+
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 
 
 @pytest.fixture
@@ -52,8 +55,13 @@ def contents(db, user="alice"):
         return sorted(m["content"] for m in store.list(user))
 
 
-def lock_database(db) -> sqlite3.Connection:
-    """Another writer holding SQLite's write lock until it commits or rolls back."""
+def lock_database(db) -> sqlite3.Connection | psycopg.Connection:
+    """Another writer holding the write lock until it commits or rolls back: SQLite's, or on PostgreSQL
+    the advisory lock of a write for every user (memo_mw.postgres.ALL_USERS)."""
+    if postgres.is_url(db):
+        conn = psycopg.connect(db)  # (a transaction begins with the first statement)
+        conn.execute("select pg_advisory_xact_lock(%s)", [postgres.ALL_USERS])
+        return conn
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("BEGIN IMMEDIATE")
     return conn
@@ -101,7 +109,7 @@ def run_due_retries(redis_url, queue, timeout=15.0):
 
 
 def test_a_locked_database_makes_the_job_retry_through_the_scheduler(db, redis_url, make_queue, monkeypatch):
-    monkeypatch.setattr(defaults, "SQLITE_BUSY_TIMEOUT_MS", 200)  # the forked work horse inherits it
+    monkeypatch.setattr(defaults, "BUSY_TIMEOUT_MS", 200)  # the forked work horse inherits it
     check_writable(db)
     queue = make_queue(redis_url, retry_intervals=[1, 2, 3])
     chat(db, queue)("I like kalimba music")
@@ -134,6 +142,7 @@ def on_a_full_disk(monkeypatch, db, room_pages=0):
     monkeypatch.setattr(sqlite, "connect", connect)
 
 
+@pytest.mark.sqlite_only  # (a full file)
 def test_a_full_disk_keeps_the_captures_retrying_until_there_is_room(db, redis_url, make_queue, monkeypatch):
     """Issue 33, item 1: with the database's disk full and Redis up, every capture the chat
     answered is stored once the disk has room, none left in the failed registry."""
@@ -173,7 +182,7 @@ def test_a_worker_killed_mid_job_leaves_nothing_half_done(db, redis_url, make_qu
     queue = make_queue(redis_url, retry_intervals=[1])
     chat(db, queue)("I like kalimba music")
     job = the_job(queue)
-    holder = lock_database(db)  # the job will wait inside SQLite: a moment to kill it in
+    holder = lock_database(db)  # the job will wait for the lock: a moment to kill it in
     worker = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "rq"), "worker", "--url", redis_url,
                                "--serializer", "json", defaults.QUEUE_NAME],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -28,6 +28,8 @@ from memo_mw.store import Store
 
 from .conftest import free_port
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 MISSING = object()
 CAPTURED = "I like green tea"  # a message the shipped rules capture ("likes green tea")
 QUESTION = "which green tea should I buy?"  # relevant to the stored "likes green tea"
@@ -750,6 +752,7 @@ def replace_with_folder(db):
     os.mkdir(db)
 
 
+@pytest.mark.sqlite_only  # (the file broken under it)
 @pytest.mark.parametrize("break_db", [
     pytest.param(corrupt, id="corrupted"),
     pytest.param(replace_with_folder, id="replaced-by-a-folder"),

@@ -34,6 +34,8 @@ from memo_mw.text import tokens
 
 from .test_middleware import seed
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 NOW = 1_700_000_000
 DAY = 86400
 
