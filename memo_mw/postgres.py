@@ -205,18 +205,26 @@ def _configure(conn: Any) -> None:
 
 
 def _create(conn: Any, name: str, *, readonly: bool) -> None:
-    """Check the schema version; make the schema first unless ``readonly`` (one process at a time)."""
-    if not readonly:
+    """Check the schema version; make the schema first where there is none, unless ``readonly`` (one
+    process at a time: the others wait for it, then find it made)."""
+    _configure(conn)
+    version = _version(conn)
+    if version is None and not readonly:
         with conn.transaction():
             conn.execute("select pg_advisory_xact_lock(%s)", [ALL_USERS])
             conn.execute(SCHEMA)
             conn.execute("insert into memo_meta values ('schema_version', %s) on conflict do nothing",
                          [str(SCHEMA_VERSION)])
-    found = conn.execute("select to_regclass('memo_meta') is not null").fetchone()[0] and conn.execute(
-        "select value from memo_meta where name = 'schema_version'").fetchone()
-    if not found or found[0] != str(SCHEMA_VERSION):
-        raise StoreError(f"{name} holds schema version {found[0] if found else 'none'}, this memo-mw reads"
-                         f" version {SCHEMA_VERSION}")
+        version = _version(conn)
+    if version != str(SCHEMA_VERSION):
+        raise StoreError(f"{name} holds schema version {version or 'none'}, this memo-mw reads version {SCHEMA_VERSION}")
+
+
+def _version(conn: Any) -> str | None:
+    if not conn.execute("select to_regclass('memo_meta') is not null").fetchone()[0]:
+        return None
+    found = conn.execute("select value from memo_meta where name = 'schema_version'").fetchone()
+    return found[0] if found else None
 
 
 @atexit.register
