@@ -38,6 +38,9 @@ PASSING_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EROFS
 #: PostgreSQL's SQLSTATE classes of faults that pass: connection lost, too many connections or a full
 #: disk, the server shutting down or starting, a deadlock or serialization failure, a lock held too long.
 PASSING_SQLSTATES = ("08", "53", "57", "40", "58", "55P03")
+#: Words of libpq's message when a connection is refused for a mistake (it gives no SQLSTATE then):
+#: no such database or role, a wrong password, a client the server does not allow, a bad certificate.
+MISTAKE_WORDS = ("does not exist", "authentication failed", "pg_hba.conf", "no password supplied", "certificate")
 
 
 def passing_fault(exc: BaseException) -> bool:
@@ -50,6 +53,8 @@ def passing_fault(exc: BaseException) -> bool:
     if isinstance(exc, sqlite3.Error):
         name = getattr(exc, "sqlite_errorname", None)  # (Python 3.11+)
         return name.startswith(PASSING_CODES) if name else any(w in str(exc) for w in PASSING_WORDS)
-    if psycopg is not None and isinstance(exc, psycopg.Error):  # (no SQLSTATE: libpq could not reach the server)
-        return exc.sqlstate is None or exc.sqlstate.startswith(PASSING_SQLSTATES)
+    if psycopg is not None and isinstance(exc, psycopg.Error):
+        if exc.sqlstate is None:  # libpq could not connect: the server is away, or refuses us for a mistake
+            return not any(w in str(exc) for w in MISTAKE_WORDS)
+        return exc.sqlstate.startswith(PASSING_SQLSTATES)
     return isinstance(exc, OSError) and exc.errno in PASSING_ERRNOS

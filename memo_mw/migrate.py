@@ -5,6 +5,7 @@ written to the source meanwhile is not copied (the check then says so)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import click
@@ -57,7 +58,7 @@ def migrate(source: str, target: str) -> None:
     try:
         with Store(source, readonly=True) as src, Store(target) as dst:
             total = sum(counts(src).values())
-            with click.progressbar(length=total, label=f"copying {total} rows", file=click.get_text_stream("stderr")) as bar:
+            with click.progressbar(length=total, label=f"copying {total} rows", file=sys.stderr) as bar:
                 done = copy(src, dst, bar.update)
     except (MemoError, *DATABASE_ERRORS) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -90,19 +90,30 @@ class PostgresServer:
         return subprocess.run([*runner, *argv], capture_output=True, text=True, timeout=120)
 
     def start(self) -> None:
+        """Make the cluster, start it, and create the database ``memo``."""
         if self.as_root:
             shutil.chown(self.folder, "postgres")
-        settings = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{self.folder}'"
-                    " -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c max_connections=300")
-        for argv in ([f"{POSTGRES_BIN}/initdb", "-D", str(self.data), "-U", "memo", "--auth=trust", "-E", "UTF8",
-                      "--locale=C"],
-                     [f"{POSTGRES_BIN}/pg_ctl", "-D", str(self.data), "-o", settings, "-l", str(self.folder / "log"),
-                      "-w", "-t", "60", "start"]):
-            done = self._run(*argv)
-            if done.returncode:
-                raise RuntimeError(f"{Path(argv[0]).name} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+        self._check(f"{POSTGRES_BIN}/initdb", "-D", str(self.data), "-U", "memo", "--auth=trust", "-E", "UTF8",
+                    "--locale=C")
+        self.start_server()
         with psycopg.connect(self.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
             conn.execute("create database memo")
+
+    def start_server(self) -> None:
+        """Start the server (again), on the same port and data."""
+        settings = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='{self.folder}'"
+                    " -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c max_connections=300")
+        self._check(f"{POSTGRES_BIN}/pg_ctl", "-D", str(self.data), "-o", settings, "-l", str(self.folder / "log"),
+                    "-w", "-t", "60", "start")
+
+    def stop_server(self) -> None:
+        """Stop the server, keeping its data (``start_server`` starts it again)."""
+        self._run(f"{POSTGRES_BIN}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def _check(self, *argv: str) -> None:
+        done = self._run(*argv)
+        if done.returncode:
+            raise RuntimeError(f"{Path(argv[0]).name} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
 
     def new_schema_url(self) -> str:
         """A URL whose connections see only a new, empty schema of their own (libpq's ``options``)."""
@@ -116,7 +127,8 @@ class PostgresServer:
             conn.execute(f"drop schema if exists {url.rsplit('%3D', 1)[1]} cascade")
 
     def stop(self) -> None:
+        """Stop the server and delete its data (made in a folder of its own when run as root)."""
         if self.data.exists():
-            self._run(f"{POSTGRES_BIN}/pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+            self.stop_server()
         if self.as_root:
             shutil.rmtree(self.folder, ignore_errors=True)
