@@ -87,6 +87,9 @@ PG_POOL_SIZE = 10
 #: The web process's spool with a PostgreSQL store (with SQLite: ``<db>.spool``, beside the file).
 SPOOL = "var/memo.spool"
 PG_POOL_TIMEOUT = 5.0
+#: Seconds a failed read of the store must have made a request wait for recall to skip the store for a
+#: while (``PG_POOL_TIMEOUT``): a server that does not answer must not hold every request.
+SLOW_FAULT = 1.0
 #: Seconds between two logs of a failing read of the database on the request path (each request
 #: would log one until it recovers; after a degraded start, the first comes this long after it).
 FAULT_LOG_INTERVAL = 60

@@ -14,7 +14,6 @@ import io
 import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence

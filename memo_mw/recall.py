@@ -18,6 +18,8 @@ from typing import Any
 import regex
 
 from . import defaults, history
+from .breaker import CircuitBreaker
+from .exceptions import DATABASE_ERRORS, StoreError
 from .forgetting import forgotten, without_forgotten
 from .state import EMPTY, UserState
 from .store import RECALLABLE, Store
@@ -116,17 +118,30 @@ class Recaller:
     def __init__(self, db: str, funnel: Any, config: RecallConfig = RecallConfig()):
         self.db, self.funnel, self.config = db, funnel, config
         self._local = threading.local()
+        #: After a database fault that made the request wait (a PostgreSQL server that does not answer holds
+        #: it for the pool's timeout), reads are skipped for as long; a fault that costs nothing (SQLite's) is not.
+        self.breaker = CircuitBreaker(cooldown=defaults.PG_POOL_TIMEOUT)
 
     @contextlib.contextmanager
     def store(self) -> Iterator[Store]:
-        """This thread's read-only store; a failed one is closed, and the next read opens the file anew."""
-        store = self._local.store = getattr(self._local, "store", None) or Store(self.db, readonly=True)
+        """This thread's read-only store; a failed one is closed, and the next read opens it anew.
+        While the breaker is open after a slow fault, a StoreError at once."""
+        if not self.breaker.allow():
+            raise StoreError("memo-mw: the memory database is skipped for a while after a fault")
+        started = time.monotonic()
         try:
-            yield store
-        except Exception:
-            self._local.store = None
-            store.close()
+            store = self._local.store = getattr(self._local, "store", None) or Store(self.db, readonly=True)
+            try:
+                yield store
+            except Exception:
+                self._local.store = None
+                store.close()
+                raise
+        except (StoreError, *DATABASE_ERRORS):
+            if time.monotonic() - started >= defaults.SLOW_FAULT:
+                self.breaker.failure()
             raise
+        self.breaker.success()
 
     def recall(self, user_id: str, message: str, *, now: float | None = None, state: UserState = EMPTY,
                recall_all: bool | None = None, analysis: tuple[frozenset[str], frozenset[str]] | None = None

@@ -1,16 +1,32 @@
-"""Shared fixtures: a private redis-server, a real rq worker, a SQLite file in a temp folder."""
+"""Shared fixtures: a private redis-server, a private PostgreSQL server, a real rq worker, a store.
+
+``db`` is a SQLite file in a temporary folder; in a test marked ``both_engines`` (a module's
+``pytestmark``), it is that and, as a second case, a fresh schema of the private PostgreSQL server:
+the store's behaviour suites run on both engines."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import zlib
+from pathlib import Path
 
+import psycopg
 import pytest
 import redis
 
 from .loadgen import drain  # noqa: F401 (for the tests: a real rq worker, burst=True)
-from .servers import REDIS_BINARY, RedisServer, free_port  # noqa: F401 (free_port: for the tests)
+from memo_mw import postgres
+
+from .servers import POSTGRES_BIN, REDIS_BINARY, PostgresServer, RedisServer, free_port  # noqa: F401 (free_port)
+
+ENGINES = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc):
+    if "db" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_engines"):
+        metafunc.parametrize("db", ENGINES, indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +50,47 @@ def redis_url(redis_server):
     return redis_server.url
 
 
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    if POSTGRES_BIN is None:
+        reason = ("PostgreSQL (initdb, pg_ctl) is not installed and could not be installed: "
+                  "the PostgreSQL half of the store tests is skipped")
+        if os.environ.get("CI"):
+            pytest.fail(reason + " (`make test` installs Debian's postgresql)")
+        pytest.skip(reason)
+    server = PostgresServer(tmp_path_factory.mktemp("postgres"))
+    server.start()
+    yield server
+    postgres.close_pools()
+    server.stop()
+
+
 @pytest.fixture
-def db(tmp_path) -> str:
+def postgres_url(postgres_server):
+    """A fresh schema of the private server, dropped after the test (with this process's pools)."""
+    url = postgres_server.new_schema_url()
+    yield url
+    postgres.close_pools()
+    postgres_server.drop_schema(url)
+
+
+@pytest.fixture
+def db(request, tmp_path) -> str:
+    if getattr(request, "param", "sqlite") == "postgresql":
+        return request.getfixturevalue("postgres_url")
     return str(tmp_path / "memo.db")
+
+
+def database_bytes(db: str) -> bytes:
+    """Everything the store holds. SQLite: every byte of its files (the .db, its -wal and -shm): deleted
+    text must not be found there. PostgreSQL: every row of every table of its schema, as JSON text (what
+    PostgreSQL keeps of deleted rows until VACUUM and in its WAL is the server's: docs/reliability.md)."""
+    if not postgres.is_url(db):
+        return b"".join(Path(db + s).read_bytes() for s in ("", "-wal", "-shm") if Path(db + s).exists())
+    with psycopg.connect(db, autocommit=True) as conn:
+        tables = [t for (t,) in conn.execute("select tablename from pg_tables where schemaname = current_schema()")]
+        return b"\n".join(json.dumps(row, ensure_ascii=False).encode() for table in tables
+                          for (row,) in conn.execute(f"select row_to_json(t) from {table} t"))
 
 
 def all_redis_text(url: str) -> bytes:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 from flask import Flask, jsonify, request
@@ -19,7 +18,7 @@ from memo_mw.rules import load_rules
 from memo_mw.store import Store
 from memo_mw.text import index_terms
 
-from .conftest import all_redis_text, drain
+from .conftest import all_redis_text, database_bytes, drain
 
 TOKEN = "admin-token-for-tests-0123456789"
 
@@ -65,11 +64,6 @@ def as_user(user):
 def contents(db, user):
     with Store(db) as store:
         return sorted(m["content"] for m in store.list(user, include_inactive=True))
-
-
-def database_bytes(db: str) -> bytes:
-    """The database file, its WAL and shared memory: where deleted text could linger."""
-    return b"".join(Path(db + suffix).read_bytes() for suffix in ("", "-wal", "-shm") if Path(db + suffix).exists())
 
 
 def audit_rows(db, user):

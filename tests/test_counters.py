@@ -7,6 +7,8 @@ import pytest
 from memo_mw import counters
 from memo_mw.store import Store
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 
 @pytest.mark.parametrize("ts, week", [
     pytest.param(1_767_225_600, "2026-W01", id="2026-01-01"),

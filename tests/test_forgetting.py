@@ -25,6 +25,8 @@ from memo_mw.store import Store
 from .conftest import all_redis_text, drain
 from .test_store import database_bytes, payload
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 T0 = 1_700_000_000
 
 

@@ -14,6 +14,8 @@ from memo_mw.text import nfkc, tokens
 from .conftest import drain
 from .test_store import database_bytes
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 T0 = 1_700_000_000
 DAY = 86400
 

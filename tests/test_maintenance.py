@@ -17,6 +17,8 @@ from .conftest import drain
 from .test_forgetting import chat_client, recalled
 from .test_store import database_bytes, payload
 
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
+
 T0 = 1_700_000_000
 DAY = 86400
 NOTHING = {"expired": 0, "removed": 0, "resolved": 0, "history_pruned": 0}

@@ -5,7 +5,6 @@ text leaves the files."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +16,10 @@ from memo_mw.queue import LocalQueue
 from memo_mw.rules import load_rules
 from memo_mw.store import Store
 from memo_mw.text import index_terms
+
+from .conftest import database_bytes
+
+pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 
 T0 = 1_700_000_000
 ALICE = ("I like running", "from now on answer in Chinese", "I play tennis every sunday", "我喜欢喝乌龙茶",
@@ -55,10 +58,6 @@ def chats(store, funnel):
     say(store, funnel, "alice", *ALICE_CHAT, ts=T0 + 10, history=True)
     say(store, funnel, "bob", *BOB_CHAT, ts=T0 + 20, history=True)
     return store
-
-
-def database_bytes(db: str) -> bytes:
-    return b"".join(Path(db + s).read_bytes() for s in ("", "-wal", "-shm") if Path(db + s).exists())
 
 
 def memory_id(store, user, content):
