@@ -55,12 +55,7 @@ from memo_mw import MemoryMiddleware  # noqa: E402
 from memo_mw.adapters import Turn  # noqa: E402
 from memo_mw.middleware import remember_payload  # noqa: E402
 from memo_mw.store import Store  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
-
-try:
-    from tests.servers import POSTGRES_BIN, PostgresServer  # noqa: E402
-except ImportError:  # until tests/servers.py has them: the same API here
-    from bench._pgserver import POSTGRES_BIN, PostgresServer  # noqa: E402
+from tests.servers import POSTGRES_BIN, PostgresServer, RedisServer  # noqa: E402
 
 RESULTS: dict[str, dict] = {}
 #: Rows of recall99_pg: building 1,000,000 through the engine took PostgreSQL 102 s here (SQLite about 50 s),
@@ -258,11 +253,7 @@ PG_NAMES = ["recall99_pg", "history99_pg", "worker_pg", "cluster_pg"]
 
 def postgres_missing() -> str | None:
     """Why the PostgreSQL figures cannot run here, or None."""
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        return "psycopg is not installed (pip install 'memo-mw[postgresql]')"
-    return None if POSTGRES_BIN else "PostgreSQL is not installed (initdb and pg_ctl not found)"
+    return None if POSTGRES_BIN else "PostgreSQL is not installed (no initdb, pg_ctl; make bench installs it)"
 
 
 def main() -> int:
