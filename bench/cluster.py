@@ -14,6 +14,7 @@ words and words of other users' memories, whose recalled memories must all be th
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import json
@@ -123,7 +124,7 @@ def run(pg_url: str, redis_url: str, folder: str, *, threads: int, per_thread: i
     finally:
         stop_workers(workers)
     sent = sum(r.sent for r in results)
-    statuses = sum((r.statuses for r in results), start=type(results[0].statuses)())
+    statuses = sum((r.statuses for r in results), start=collections.Counter())
     errors = sum(len(r.errors) for r in results)
     wrong = sum(r.wrong_replies for r in results)
     by_user: dict[str, set[str]] = {}
