@@ -137,14 +137,16 @@ class Gunicorn:
 
 @contextlib.contextmanager
 def gunicorn(db: str, redis_url: str | None, *, workers: int = 2, threads: int = 8,
-             preexec_fn: Callable[[], None] | None = None) -> Iterator[Gunicorn]:
+             preexec_fn: Callable[[], None] | None = None, folder: str | None = None) -> Iterator[Gunicorn]:
     """tests/load_app.py under gunicorn (gthread workers) on a free port. What gunicorn and
     the app log goes to a file beside the database (a pipe nobody reads would block the
     server once full): ``log_text()`` of what this yields. ``preexec_fn``: run in the server's
-    process before it starts (a resource limit)."""
+    process before it starts (a resource limit). ``folder`` (needed for a PostgreSQL URL): the
+    log and the web process's own spool go there instead, as on a host of its own."""
     port = free_port()
-    server = Gunicorn(port, Path(f"{db}.gunicorn-{port}.log"))
-    env = dict(os.environ, MEMO_DB=db, MEMO_REDIS_URL=redis_url or "", PYTHONPATH=str(ROOT))
+    server = Gunicorn(port, Path(folder, f"gunicorn-{port}.log") if folder else Path(f"{db}.gunicorn-{port}.log"))
+    spool = os.path.join(folder, f"web-{port}.spool") if folder else ""
+    env = dict(os.environ, MEMO_DB=db, MEMO_REDIS_URL=redis_url or "", MEMO_SPOOL=spool, PYTHONPATH=str(ROOT))
     binary = shutil.which("gunicorn", path=os.path.dirname(sys.executable)) or "gunicorn"
     with open(server.log, "wb") as log:
         process = subprocess.Popen(

@@ -1,7 +1,9 @@
 """Concurrent load through a real server: 12 threads x 50 requests from 60 users to the
 middleware under gunicorn (2 gthread workers), with a real rq worker storing as the load
-runs. Every expected memory is stored once, none crosses users, no request fails. (The
-benchmarks in bench/ run the same load generator for longer.)"""
+runs. Every expected memory is stored once, none crosses users, no request fails. The same
+on PostgreSQL with two web processes and two ``memo-mw worker`` processes (bench/cluster.py,
+whose longer run is the benchmark's cluster_pg). (The benchmarks in bench/ run the same load
+generator for longer.)"""
 
 from __future__ import annotations
 
@@ -64,3 +66,17 @@ def test_concurrent_requests_store_each_memory_once(db, redis_url):
     missing = expected - stored
     assert not missing, f"{sum(missing.values())} memories missing, e.g. {list(missing)[:3]}"
     assert stored == expected  # nothing doubled, nothing else, and each under its own user
+
+
+def test_two_web_processes_and_two_workers_on_postgresql(postgres_url, redis_url, tmp_path):
+    """Two gunicorn servers and two ``memo-mw worker`` processes on one PostgreSQL and one Redis, as on
+    separate hosts: the same guarantees, and every user's recall shows only that user's memories."""
+    from bench import cluster
+
+    result = cluster.run(postgres_url, redis_url, str(tmp_path), threads=THREADS, per_thread=PER_THREAD, users=USERS)
+    assert result["requests"] == THREADS * PER_THREAD and result["failed_requests"] == 0, result
+    assert result["failed_jobs"] == 0, result  # none failed, none left waiting
+    assert result["expected"] > THREADS * PER_THREAD // 5, result
+    assert result["lost"] == 0 and result["doubled"] == 0, result
+    assert result["cross_user"] == 0 and result["own_recalled"] > 0, result
+    assert result["met"], result  # (and nothing waited in a spool)
