@@ -20,7 +20,6 @@ from memo_mw.text import index_terms
 
 from .conftest import all_redis_text, database_bytes, drain
 
-pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 
 TOKEN = "admin-token-for-tests-0123456789"
 
@@ -253,6 +252,7 @@ def test_a_failing_get_user_means_no_identity(db, rules):
 
 # -- reading --------------------------------------------------------------------------
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_list_is_the_users_own_every_status(two_users, db):
     app, client = two_users
     listed = client.get("/memo/api/memories", headers=as_user("alice")).json
@@ -285,6 +285,7 @@ def test_list_refuses_unknown_filters(two_users, query):
     assert response.status_code == 400 and "must be one of" in response.json["error"]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_get_one_own_and_nothing_of_another(two_users, db):
     app, client = two_users
     memory_id = alice_id(db, "喜欢喝乌龙茶")
@@ -301,6 +302,7 @@ def test_get_one_own_and_nothing_of_another(two_users, db):
 
 # -- editing --------------------------------------------------------------------------
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_patch_edits_the_line_and_the_old_text_is_gone(two_users, db):
     app, client = two_users
     memory_id = alice_id(db, "plays tennis every sunday")
@@ -351,6 +353,7 @@ def test_patch_refuses_a_sensitive_category(two_users, db, content):
     assert content.encode() not in database_bytes(db)
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_patch_into_a_duplicate_merges(two_users, db):
     app, client = two_users
     say(client, "alice", "I like running", ts=1_700_000_100)  # another "likes running", active again
@@ -399,6 +402,7 @@ def test_patch_of_another_users_memory_is_a_404(two_users, db):
 
 # -- deleting -------------------------------------------------------------------------
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_delete_one_is_physical_and_audited(two_users, db):
     app, client = two_users
     memory_id = alice_id(db, "plays tennis every sunday")
@@ -423,6 +427,7 @@ def test_delete_of_another_users_memory_is_a_404(two_users, db):
     assert audit_rows(db, "alice") == []  # probing another user's ids leaves no trace of a deletion
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_forget_me_deletes_every_memory_of_the_user_only(two_users, db):
     app, client = two_users
     response = client.delete("/memo/api/memories", headers=as_user("alice"))
@@ -461,6 +466,7 @@ ALICE_SAID = ["I like running", "from now on answer in Chinese", "I play tennis 
               "I'm not into running anymore"]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_history_lists_the_users_own_messages(two_users, db):
     app, client = two_users
     listed = client.get("/memo/api/history", headers={"X-User-Id": "alice"}).json
@@ -473,6 +479,7 @@ def test_history_lists_the_users_own_messages(two_users, db):
     assert [m["text"] for m in by_token["history"]] == ["I love zanzibarian oolong", "I live in Reykjavik"]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_delete_one_message_is_physical_and_audited(two_users, db):
     app, client = two_users
     say(client, "alice", "Tell me a joke about penguins", ts=1_700_000_100)
@@ -510,6 +517,7 @@ def test_delete_all_history_is_the_users_own_and_keeps_the_memories(two_users, d
     assert audit_rows(db, "alice") == [("delete_history", 6, "user, memo page or API")]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_turning_history_off_deletes_it_and_keeps_no_more_messages(two_users, db):
     app, client = two_users
     response = client.put("/memo/api/history/enabled", json={"enabled": False}, headers={"X-User-Id": "alice"})
@@ -544,6 +552,7 @@ def test_history_switch_refuses_a_bad_body(two_users, db, kwargs):
 
 # -- export ---------------------------------------------------------------------------
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_export_is_a_json_download_of_everything_about_the_user(two_users, db):
     app, client = two_users
     client.delete(f"/memo/api/memories/{alice_id(db, 'plays tennis every sunday')}", headers=as_user("alice"))
@@ -577,6 +586,7 @@ def test_export_file_name_is_safe_for_any_user_id(db, rules):
 
 # -- with Redis: waiting jobs lose what is deleted ----------------------------------------
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_delete_reaches_the_waiting_jobs_in_redis(redis_url, db, rules):
     app = make_app(db, rules, redis_url=redis_url)
     client = app.test_client()
@@ -611,6 +621,7 @@ def test_forget_me_reaches_the_waiting_jobs_in_redis(redis_url, db, rules):
     assert contents(db, "alice") == [] and contents(db, "bob") == ["plays tennis every sunday"]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 @pytest.mark.parametrize("redis", [True, False], ids=["redis", "embedded"])
 def test_an_edit_is_not_undone_by_a_statement_waiting_for_its_job(request, db, rules, redis):
     redis_url = request.getfixturevalue("redis_url") if redis else None

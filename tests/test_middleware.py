@@ -28,7 +28,6 @@ from memo_mw.store import Store
 
 from .conftest import free_port
 
-pytestmark = pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 
 MISSING = object()
 CAPTURED = "I like green tea"  # a message the shipped rules capture ("likes green tea")
@@ -569,6 +568,7 @@ def test_body_with_a_lone_surrogate_is_still_valid_json_after_injection(db, rule
     assert BLOCK_BEGIN in received["message"]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 @pytest.mark.parametrize("path, body", [
     pytest.param("/chat", plain(QUESTION), id="plain"),
     pytest.param("/v1/chat/completions", openai(QUESTION), id="openai"),
@@ -590,6 +590,7 @@ def test_environ_keys(db, rules, path, body):
     assert "memo.profile" not in environ  # no insights for this user
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_the_profile_is_injected_and_in_the_environ(db, rules):
     with Store(db) as store, store.write():  # what the weekly insights job leaves (memo_mw.insights)
         store.db.execute("insert into insights (user_id, rank, topic, text, count, confidence, created_at)"
@@ -655,6 +656,7 @@ def test_stored_text_cannot_close_or_forge_the_block(db, rules, path, body):
 
 # -- recall counts and forgetting -----------------------------------------------------------
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_touch_counts_each_recall(db, rules):
     seed(db, "alice", "likes green tea", "green tea")
     middleware = make(db, rules)
@@ -665,6 +667,7 @@ def test_touch_counts_each_recall(db, rules):
     assert memory["hits"] == 3 and memory["last_accessed"] is not None
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_an_expired_task_is_asked_about_once(db, rules):
     """A task past its expiry (maintenance made it pending_confirm) shows once, marked as asking."""
     from memo_mw import jobs
@@ -682,6 +685,7 @@ def test_an_expired_task_is_asked_about_once(db, rules):
     assert asked[1:] == [None, None]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_forget_hides_at_once_and_deletes(db, rules):
     seed(db, "alice", "likes green tea", "green tea")
     seed(db, "alice", "likes jazz", "jazz")
@@ -696,6 +700,7 @@ def test_forget_hides_at_once_and_deletes(db, rules):
     assert contents(db, "alice") == ["likes jazz"]
 
 
+@pytest.mark.both_engines  # (the db fixture: SQLite, then PostgreSQL)
 def test_topics_are_counted_for_the_profile_but_not_those_of_a_sensitive_message(db, rules):
     clock = Clock()
     middleware = make(db, rules, clock=clock)
@@ -752,7 +757,6 @@ def replace_with_folder(db):
     os.mkdir(db)
 
 
-@pytest.mark.sqlite_only  # (the file broken under it)
 @pytest.mark.parametrize("break_db", [
     pytest.param(corrupt, id="corrupted"),
     pytest.param(replace_with_folder, id="replaced-by-a-folder"),
