@@ -356,6 +356,12 @@ def test_memories_active_only_unless_all(replayed):
         assert absent not in contents
 
 
+def test_the_database_may_come_from_memo_db(replayed):
+    db, _ = replayed
+    result = CliRunner().invoke(main, ["memories", "--json"], env={"MEMO_DB": db})
+    assert result.exit_code == 0 and json.loads(result.stdout) == memories(db)
+
+
 def test_memories_user_filter(replayed):
     db, _ = replayed
     assert {m["user_id"] for m in memories(db, "--all")} == {"alice", "bob"}

@@ -26,7 +26,10 @@ def test_pure_python():
 #: added 17). The chat history (history.py and its hooks in the store, recall, the middleware, the
 #: page and the CLI) is a new capability with a budget of 600 lines of its own; the safety fixes of
 #: issue 33 (the worker's backoff, the degraded start, the identity settings) took about 100 more.
-MAX_LINES = 5726
+#: The PostgreSQL store (issue 34) is a second engine behind the same interface, with a budget of
+#: its own: postgres.py (~235), migrate.py (~65), the engine methods SQLite now answers as well
+#: (~70), and the breaker and fault rules a server that goes away needs (~50).
+MAX_LINES = 6180
 
 
 def test_the_package_stays_small():
