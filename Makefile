@@ -23,7 +23,7 @@ redis-server:
 
 # The store's tests also run on a private PostgreSQL server (initdb, pg_ctl); install Debian's when missing.
 postgresql:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	@command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { (apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null 2>&1 || \
 	    echo "warning: PostgreSQL is missing and could not be installed; the PostgreSQL tests will be skipped"; }
 

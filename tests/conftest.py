@@ -53,6 +53,8 @@ def redis_url(redis_server):
 
 @pytest.fixture(scope="session")
 def postgres_server(tmp_path_factory):
+    """The session's private PostgreSQL server (tests/servers.py): skipped without initdb and pg_ctl,
+    failed under CI."""
     if POSTGRES_BIN is None:
         reason = ("PostgreSQL (initdb, pg_ctl) is not installed and could not be installed: "
                   "the PostgreSQL half of the store tests is skipped")

@@ -5,6 +5,7 @@ only ones to empty them."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -65,9 +66,14 @@ class RedisServer:
 
 
 def _postgres_bin() -> str | None:
-    """The folder of Debian's initdb and pg_ctl (the newest version's), or None when not installed."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
-    return str(found[-1].parent) if found else None
+    """The folder of initdb and pg_ctl: the one on PATH, else Debian's newest /usr/lib/postgresql/*/bin;
+    None when PostgreSQL is not installed."""
+    on_path = shutil.which("initdb")
+    if on_path and (Path(on_path).resolve().parent / "pg_ctl").exists():
+        return str(Path(on_path).resolve().parent)  # /usr/local/bin/initdb may be a link to Debian's
+    found = [p for p in Path("/usr/lib/postgresql").glob("*/bin/initdb") if (p.parent / "pg_ctl").exists()]
+    version = lambda p: tuple(int(n) for n in p.parts[-3].split(".") if n.isdigit())  # noqa: E731
+    return str(max(found, key=version).parent) if found else None
 
 
 POSTGRES_BIN = _postgres_bin()
@@ -75,29 +81,55 @@ POSTGRES_BIN = _postgres_bin()
 
 class PostgresServer:
     """A PostgreSQL server this test session started (initdb, pg_ctl) in a folder of its own, on a free
-    port of 127.0.0.1, trusting local connections: the only PostgreSQL the tests use. PostgreSQL refuses
-    to run as root: then the folder is made under the system's temporary folder for user postgres."""
+    port of 127.0.0.1, trusting local connections (superuser ``memo``, database ``memo``): the only
+    PostgreSQL the tests use, never the system's. PostgreSQL refuses to run as root: then it runs as user
+    postgres (runuser) in a folder of the system's temporary folder that start() makes and stop() removes
+    (pytest's folders, mode 700 under /tmp/pytest-of-root, are closed to user postgres)."""
 
     def __init__(self, folder: Path | str):
         self.port = free_port()
         self.url = f"postgresql://memo@127.0.0.1:{self.port}/memo"
         self.as_root = os.geteuid() == 0
-        self.folder = Path(tempfile.mkdtemp(prefix="memo-pg-") if self.as_root else folder)
+        self.given = Path(folder)
+        self.folder = self.given
         self.data = self.folder / "data"
 
     def _run(self, *argv: str) -> subprocess.CompletedProcess:
         runner = ["runuser", "-u", "postgres", "--"] if self.as_root else []
-        return subprocess.run([*runner, *argv], capture_output=True, text=True, timeout=120)
+        return subprocess.run([*runner, *argv], capture_output=True, text=True, timeout=120, cwd=self.folder)
+
+    def _log_tail(self) -> str:
+        try:
+            return (self.folder / "log").read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
 
     def start(self) -> None:
-        """Make the cluster, start it, and create the database ``memo``."""
-        if self.as_root:
-            shutil.chown(self.folder, "postgres")
-        self._check(f"{POSTGRES_BIN}/initdb", "-D", str(self.data), "-U", "memo", "--auth=trust", "-E", "UTF8",
-                    "--locale=C")
-        self.start_server()
-        with psycopg.connect(self.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
-            conn.execute("create database memo")
+        """initdb, pg_ctl start -w (and pg_isready), then database memo; on failure, stop() and a
+        RuntimeError with the end of the server's log."""
+        if not self.as_root:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        else:
+            try:
+                user = pwd.getpwnam("postgres")
+            except KeyError:
+                raise RuntimeError("running as root, PostgreSQL needs user postgres (Debian's package makes it)")
+            self.folder = Path(tempfile.mkdtemp(prefix="memo-pg-"))
+            self.data = self.folder / "data"
+            os.chown(self.folder, user.pw_uid, user.pw_gid)
+        try:
+            self._check(f"{POSTGRES_BIN}/initdb", "-D", str(self.data), "-U", "memo", "--auth=trust", "-E", "UTF8",
+                        "--locale=C")
+            self.start_server()
+            isready = shutil.which("pg_isready", path=f"{POSTGRES_BIN}:{os.environ.get('PATH', '')}")
+            if isready and subprocess.run([isready, "-q", "-h", "127.0.0.1", "-p", str(self.port), "-t", "30"],
+                                          timeout=60).returncode:
+                raise RuntimeError(f"PostgreSQL does not answer on port {self.port}\nlog: {self._log_tail()}")
+            with psycopg.connect(self.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+                conn.execute("create database memo")
+        except BaseException:
+            self.stop()
+            raise
 
     def start_server(self) -> None:
         """Start the server (again), on the same port and data."""
@@ -113,22 +145,29 @@ class PostgresServer:
     def _check(self, *argv: str) -> None:
         done = self._run(*argv)
         if done.returncode:
-            raise RuntimeError(f"{Path(argv[0]).name} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+            raise RuntimeError(f"{Path(argv[0]).name} failed: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+                               f"\nlog: {self._log_tail()}")
 
     def new_schema_url(self) -> str:
-        """A URL whose connections see only a new, empty schema of their own (libpq's ``options``)."""
+        """A URL whose connections see only a new, empty schema of their own: libpq's ``options`` set
+        its search_path (``postgresql://memo@127.0.0.1:PORT/memo?options=-csearch_path%3Dt_HEX``)."""
         schema = f"t_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(f"create schema {schema}")
         return f"{self.url}?options=-csearch_path%3D{schema}"
 
     def drop_schema(self, url: str) -> None:
+        """Drop the schema of a URL from new_schema_url(), with everything in it."""
+        schema = url.rsplit("%3D", 1)[1]
+        assert schema.startswith("t_") and schema[2:].isalnum(), url
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f"drop schema if exists {url.rsplit('%3D', 1)[1]} cascade")
+            conn.execute(f"drop schema if exists {schema} cascade")
 
     def stop(self) -> None:
-        """Stop the server and delete its data (made in a folder of its own when run as root)."""
-        if self.data.exists():
+        """pg_ctl stop -m fast, then remove its data (as root, the whole folder start() made): a later
+        start() begins a new, empty server."""
+        if (self.data / "postmaster.pid").exists():
             self.stop_server()
-        if self.as_root:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.folder if self.as_root else self.data, ignore_errors=True)
+        self.folder = self.given
+        self.data = self.folder / "data"
