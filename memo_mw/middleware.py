@@ -59,7 +59,8 @@ class MemoryMiddleware:
     :param body_user: also take the user id from the body (off: a client must not name whose
         memories it reads).
     :param inject_field: for plain bodies, the field for the block instead of ``message``.
-    :param spool: with ``redis_url``, where jobs wait while Redis is down (default ``<db>.spool``; with PostgreSQL ``var/memo.spool``).
+    :param spool: with ``redis_url``, where jobs wait while Redis is down (default ``<db>.spool``;
+        with PostgreSQL ``var/memo.spool``).
     :param queue: a queue to use instead of the one ``redis_url`` implies.
     :param history: keep each user message (masked; never a sensitive one) as chat history, and
         bring back the few past messages a request is about (``[HISTORY]``).

@@ -127,7 +127,8 @@ class SQLite:
 
     def count_matching(self, table: str, term: str) -> int:
         """How many rows of ``table`` hold the index term (a term is one user's: it is hashed with the id)."""
-        return self.conn.execute(f"select count(*) from {table}_fts where {table}_fts match ?", [f'"{term}"']).fetchone()[0]
+        found = self.conn.execute(f"select count(*) from {table}_fts where {table}_fts match ?", [f'"{term}"'])
+        return found.fetchone()[0]
 
     def erase(self) -> None:
         """After a deletion: leave no deleted text in any file. FTS5 drops deleted entries, and the WAL is

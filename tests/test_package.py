@@ -29,7 +29,7 @@ def test_pure_python():
 #: The PostgreSQL store (issue 34) is a second engine behind the same interface, with a budget of
 #: its own: postgres.py (~235), migrate.py (~65), the engine methods SQLite now answers as well
 #: (~70), and the breaker and fault rules a server that goes away needs (~50).
-MAX_LINES = 6180
+MAX_LINES = 6185
 
 
 def test_the_package_stays_small():
