@@ -219,8 +219,9 @@ def capture(queue, db, user, message, ts=1_700_000_000):
 def test_forget_waiting_reaches_queued_scheduled_and_failed_jobs(db, tmp_path, redis_url, make_queue):
     (tmp_path / "plain-file").write_text("a file where the database folder should be")
     broken = str(tmp_path / "plain-file" / "memo.db")  # jobs on it fail
-    failing = make_queue(redis_url, retry_intervals=[])  # no retry: to the failed registry
-    retrying = make_queue(redis_url, retry_intervals=[600])  # to the scheduled registry
+    # A queue of this test's own: a job another test's thread sends late cannot be counted as changed.
+    failing = make_queue(redis_url, retry_intervals=[], name="forget-waiting")  # no retry: to the failed registry
+    retrying = make_queue(redis_url, retry_intervals=[600], name="forget-waiting")  # to the scheduled registry
     capture(failing, broken, "alice", "I live in Springfield", ts=1)
     capture(retrying, broken, "alice", "I like kalimba", ts=2)
     capture(retrying, broken, "bob", "I live in Shelbyville", ts=3)
