@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from .loadgen import drain  # noqa: F401 (for the tests: a real rq worker, burst=True)
-from memo_mw import postgres
+from memo_mw import defaults, postgres
 
 from .servers import POSTGRES_BIN, REDIS_BINARY, PostgresServer, RedisServer, free_port  # noqa: F401 (free_port)
 
@@ -80,6 +80,8 @@ def postgres_url(postgres_server):
 @pytest.fixture
 def db(request, tmp_path) -> str:
     if getattr(request, "param", "sqlite") == "postgresql":
+        # The web process's spool is then var/memo.spool of the working folder: one of the test's own instead.
+        request.getfixturevalue("monkeypatch").setattr(defaults, "SPOOL", str(tmp_path / "memo.spool"))
         return request.getfixturevalue("postgres_url")
     return str(tmp_path / "memo.db")
 
@@ -96,11 +98,15 @@ def database_bytes(db: str) -> bytes:
                           for (row,) in conn.execute(f"select row_to_json(t) from {table} t"))
 
 
-def all_redis_text(url: str) -> bytes:
-    """Every value in the private Redis, job payloads decompressed (rq compresses them)."""
+def all_redis_text(url: str, skip_jobs_of_other_queues: str | None = None) -> bytes:
+    """Every value in the private Redis, job payloads decompressed (rq compresses them); with
+    ``skip_jobs_of_other_queues``, not the jobs of another queue than the one it names."""
     client = redis.Redis.from_url(url)
     out = []
     for key in client.keys("*"):
+        if skip_jobs_of_other_queues and key.startswith(b"rq:job:") \
+                and client.hget(key, "origin") != skip_jobs_of_other_queues.encode():
+            continue
         kind = client.type(key)
         values = client.hvals(key) if kind == b"hash" else client.lrange(key, 0, -1) if kind == b"list" \
             else [client.get(key)] if kind == b"string" else []

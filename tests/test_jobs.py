@@ -219,7 +219,7 @@ def capture(queue, db, user, message, ts=1_700_000_000):
 def test_forget_waiting_reaches_queued_scheduled_and_failed_jobs(db, tmp_path, redis_url, make_queue):
     (tmp_path / "plain-file").write_text("a file where the database folder should be")
     broken = str(tmp_path / "plain-file" / "memo.db")  # jobs on it fail
-    # A queue of this test's own: a job another test's thread sends late cannot be counted as changed.
+    # A queue of this test's own: a job another test's thread saves late is neither counted nor read.
     failing = make_queue(redis_url, retry_intervals=[], name="forget-waiting")  # no retry: to the failed registry
     retrying = make_queue(redis_url, retry_intervals=[600], name="forget-waiting")  # to the scheduled registry
     capture(failing, broken, "alice", "I live in Springfield", ts=1)
@@ -236,10 +236,10 @@ def test_forget_waiting_reaches_queued_scheduled_and_failed_jobs(db, tmp_path, r
     later = 2_000_000_000
     changed = jobs.forget_waiting(failing.rq, "alice", forget_marker("kalimba", later, float(later)))
     assert changed == 2  # the scheduled kalimba job (deleted) and the queued one (cut)
-    text = all_redis_text(redis_url)
+    text = all_redis_text(redis_url, "forget-waiting")
     assert b"likes kalimba" not in text and b"likes sitar" in text and b"Springfield" in text
     assert jobs.forget_waiting(failing.rq, "alice", forget_marker(None, later, float(later))) == 2
-    text = all_redis_text(redis_url)
+    text = all_redis_text(redis_url, "forget-waiting")
     assert b"Springfield" not in text and b"sitar" not in text and b"oolong" not in text
     assert b"Shelbyville" in text  # another user's job is not touched
     assert not ours(failing.rq.failed_job_registry) and ours(failing.rq.scheduled_job_registry) == {
