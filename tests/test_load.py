@@ -49,7 +49,10 @@ def test_concurrent_requests_store_each_memory_once(db, redis_url):
         with gunicorn(db, redis_url) as server:
             result = run_load(server.port, work)
         queue = Queue(defaults.QUEUE_NAME, connection=redis.Redis.from_url(redis_url))
-        assert wait_until(lambda: queue.count == 0 and queue.started_job_registry.count == 0, 30)
+        # (A job retried after a passing fault, a lock held past the busy timeout under load, waits in the
+        # scheduled registry until the worker's scheduler runs it: stored late is not lost.)
+        assert wait_until(lambda: queue.count == 0 and queue.started_job_registry.count == 0
+                          and queue.scheduled_job_registry.count == 0, 60)
     finally:
         stop(worker)
     assert drain(redis_url) == 0  # the worker took every job (and none failed)
