@@ -175,7 +175,7 @@ def _placeholders(sql: str) -> str:
 
 def _redacted(url: str) -> str:
     """The URL without its password, for messages and logs."""
-    info = psycopg.conninfo.conninfo_to_dict(url) if psycopg else {}
+    info = psycopg.conninfo.conninfo_to_dict(url)
     return f"postgresql://{info.get('user', '')}@{info.get('host', '')}:{info.get('port', '')}/{info.get('dbname', '')}"
 
 

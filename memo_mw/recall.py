@@ -118,8 +118,7 @@ class Recaller:
     def __init__(self, db: str, funnel: Any, config: RecallConfig = RecallConfig()):
         self.db, self.funnel, self.config = db, funnel, config
         self._local = threading.local()
-        #: After a database fault that made the request wait (a PostgreSQL server that does not answer holds
-        #: it for the pool's timeout), reads are skipped for as long; a fault that costs nothing (SQLite's) is not.
+        #: A fault that made a request wait (PostgreSQL not answering: the pool's timeout) skips reads as long.
         self.breaker = CircuitBreaker(cooldown=defaults.PG_POOL_TIMEOUT)
 
     @contextlib.contextmanager

@@ -96,10 +96,6 @@ class SQLite:
         """Run an ``insert`` of one row; the new row's id."""
         return self.conn.execute(sql, list(args)).lastrowid
 
-    @property
-    def in_transaction(self) -> bool:
-        return self.conn.in_transaction
-
     @contextlib.contextmanager
     def transaction(self, user_id: str | None = None) -> Iterator[None]:
         """A write transaction that takes the write lock up front (BEGIN IMMEDIATE): a second writer waits

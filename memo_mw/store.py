@@ -18,7 +18,7 @@ from typing import Any
 
 from . import defaults, history, postgres
 from .forgetting import forget_marker, forgotten, received_at, slot_hash, stored_markers, without_forgotten
-from .sqlite import SCHEMA_VERSION, SQLite  # noqa: F401 (SCHEMA_VERSION: the store's, for its callers)
+from .sqlite import SQLite
 from .text import index_terms, normalize, tokens
 
 ACTIVE, SUPERSEDED, PENDING_CONFIRM, EXPIRED = "active", "superseded", "pending_confirm", "expired"
@@ -112,10 +112,11 @@ class Store(contextlib.AbstractContextManager):
         else:
             terms = index_terms(user_id, sorted(set(words)))
             # Filtered inside the limit: superseded memories keep their terms and must not crowd out the rest.
-            join, join_args, best_first = self.db.match("memories", "memories", terms) if terms else ("", [], "")
-            found = [] if not terms else self.rows(
-                f"{join} where user_id = ? and {RECALLABLE} order by {best_first} limit ?",
-                [*join_args, user_id, limit])
+            found = []
+            if terms:
+                join, join_args, best_first = self.db.match("memories", "memories", terms)
+                found = self.rows(f"{join} where user_id = ? and {RECALLABLE} order by {best_first} limit ?",
+                                  [*join_args, user_id, limit])
         seen = {m["id"] for m in found}
         # (The condition of the partial index memories_always, written as it is there, so it is used.)
         always = self.rows(f"where user_id = ? and (type = 'style' or status = 'pending_confirm') and {RECALLABLE}",

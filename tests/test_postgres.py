@@ -4,8 +4,6 @@ server is down. (The store's behaviour on PostgreSQL: the suites marked both_eng
 
 from __future__ import annotations
 
-import io
-import json
 import threading
 import time
 
@@ -20,6 +18,7 @@ from memo_mw.text import index_terms
 
 from .conftest import wait_until
 from .servers import PostgresServer
+from .test_middleware import RecordingApp, environ_for, plain, run
 from .test_store import payload
 
 
@@ -105,39 +104,30 @@ def test_reclaim_vacuums_what_a_forget_deleted(postgres_url):
     assert vacuumed["memories"] >= 1 and vacuumed["history"] >= 1
 
 
-def chat_app(environ, start_response):
-    start_response("200 OK", [("Content-Type", "text/plain")])
-    return [environ.get("memo.block", "").encode()]
-
-
-def post(app, message):
-    body = json.dumps({"user": "alice", "message": message}).encode()
-    out = {}
-    chunks = app({"REQUEST_METHOD": "POST", "PATH_INFO": "/chat", "CONTENT_TYPE": "application/json",
-                  "CONTENT_LENGTH": str(len(body)), "wsgi.input": io.BytesIO(body), "HTTP_X_USER_ID": "alice"},
-                 lambda status, headers, exc_info=None: out.update(status=status))
-    return out["status"], b"".join(chunks).decode()
+def block(middleware, message):
+    """The memory block the app got with ``message`` (the request answered 200, its jobs run)."""
+    run(middleware, environ_for(plain(message)))
+    return middleware.app.calls.pop()["environ"].get("memo.block", "")
 
 
 def test_the_chat_goes_on_while_the_server_is_down_and_recalls_once_it_is_back(tmp_path):
     server = PostgresServer(tmp_path)
     server.start()
     try:
-        queue = LocalQueue()
-        app = MemoryMiddleware(chat_app, db=server.url, trust_user_header=True, queue=queue, body_user=True)
-        post(app, "I like green tea")
-        queue.join()
-        assert "green tea" in post(app, "what tea should I drink?")[1]
+        app = MemoryMiddleware(RecordingApp(), db=server.url, trust_user_header=True, queue=LocalQueue(),
+                               body_user=True)
+        block(app, "I like green tea")
+        assert "green tea" in block(app, "what tea should I drink?")
         server.stop_server()
         started = time.monotonic()
         for _ in range(4):
-            assert post(app, "what tea should I drink?") == ("200 OK", "")  # passed through, no memories
+            assert block(app, "what tea should I drink?") == ""  # passed through, no memories
         # The first waited for the pool (PG_POOL_TIMEOUT); the breaker skips the store for the next ones.
         assert time.monotonic() - started < defaults.PG_POOL_TIMEOUT + 2
         server.start_server()
-        assert wait_until(lambda: "green tea" in post(app, "what tea should I drink?")[1],
+        assert wait_until(lambda: "green tea" in block(app, "what tea should I drink?"),
                           timeout=defaults.PG_POOL_TIMEOUT + 5)  # back after the breaker's cooldown, no restart
-        queue.close()
+        app.queue.close()
     finally:
         postgres.close_pools()
         server.stop()

@@ -9,7 +9,8 @@ import time
 import pytest
 
 from memo_mw.exceptions import StoreError
-from memo_mw.store import SCHEMA_VERSION, Store
+from memo_mw.sqlite import SCHEMA_VERSION
+from memo_mw.store import Store
 
 from .test_store import payload
 
