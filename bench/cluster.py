@@ -20,7 +20,6 @@ import http.client
 import json
 import random
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -33,7 +32,8 @@ from rq import Queue
 from memo_mw import defaults
 from memo_mw.spool import Spool
 from memo_mw.store import check_writable
-from tests.loadgen import LoadResult, expected_memories, gunicorn, plan, run_load, stop_group, stored_memories
+from tests.loadgen import (WORKER_STOP, LoadResult, expected_memories, gunicorn, plan, run_load, stop_group,
+                           stored_memories)
 
 
 def start_worker(db: str, redis_url: str, folder: str, n: int) -> subprocess.Popen:
@@ -45,8 +45,7 @@ def start_worker(db: str, redis_url: str, folder: str, n: int) -> subprocess.Pop
 
 def stop_workers(workers: list[subprocess.Popen]) -> None:
     """As tests/test_load.py stops its worker (a warm shutdown, then a cold one, then SIGKILL), both at once."""
-    stoppers = [threading.Thread(target=stop_group, args=(w, ((signal.SIGTERM, 5), (signal.SIGTERM, 5),
-                                                             (signal.SIGKILL, 20)))) for w in workers]
+    stoppers = [threading.Thread(target=stop_group, args=(w, WORKER_STOP)) for w in workers]
     for t in stoppers:
         t.start()
     for t in stoppers:

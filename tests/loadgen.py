@@ -248,6 +248,11 @@ def opened_queues(**defaults: Any) -> Iterator[Callable[..., Any]]:
             queue.close()
 
 
+#: How the load runs stop a worker: SIGTERM (rq's warm shutdown), a second SIGTERM (its cold one) after
+#: 5 s, SIGKILL after 5 more (rq 3.0.0's warm shutdown can wait a minute with nothing in hand).
+WORKER_STOP = ((signal.SIGTERM, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 20))
+
+
 def stop_group(process: subprocess.Popen, steps: tuple[tuple[int, float], ...]) -> None:
     """Send each signal of ``steps`` to the process group in turn, waiting its seconds for the
     process to end; return once it has."""

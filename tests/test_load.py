@@ -8,7 +8,6 @@ generator for longer.)"""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
@@ -20,7 +19,7 @@ from memo_mw.spool import Spool
 from memo_mw.store import check_writable
 
 from .conftest import wait_until
-from .loadgen import drain, expected_memories, gunicorn, plan, run_load, stop_group, stored_memories
+from .loadgen import WORKER_STOP, drain, expected_memories, gunicorn, plan, run_load, stop_group, stored_memories
 
 THREADS, PER_THREAD, USERS = 12, 50, 60
 
@@ -32,7 +31,7 @@ def stop(worker: subprocess.Popen) -> None:
     so after a few seconds a second SIGTERM, rq's cold shutdown, and at last SIGKILL, so that no
     worker outlives the test and takes the next tests' jobs. A job cut short would show below,
     as a memory missing."""
-    stop_group(worker, ((signal.SIGTERM, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 20)))
+    stop_group(worker, WORKER_STOP)
 
 
 def test_concurrent_requests_store_each_memory_once(db, redis_url):
