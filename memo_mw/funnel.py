@@ -39,7 +39,9 @@ _STATEMENTS = regex.compile(
     r"(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)",
     regex.IGNORECASE | regex.V1,
 )
-_CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)", regex.I | regex.V1)
+# A compound subject stays whole: "My wife and I live in Oslo".
+_CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)"
+                         r"(?<!^\W*(?:my|our)(?:\s+[\w'-]+){1,2}\s+)", regex.I | regex.V1)
 _BLANKS = regex.compile(r"[^\S\n]+")
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}

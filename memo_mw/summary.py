@@ -11,7 +11,7 @@ from .text import memory_key
 # Edge punctuation, except the brackets of PII placeholders such as "[email]".
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
-_IRREGULAR = {"have": "has", "be": "is", "am": "is", "do": "does", "go": "goes", "can": "can",
+_IRREGULAR = {"have": "has", "be": "is", "am": "is", "are": "is", "do": "does", "go": "goes", "can": "can",
               "will": "will", "must": "must", "should": "should", "may": "may", "might": "might"}
 
 
@@ -64,10 +64,11 @@ def third_person(phrase: str) -> str:
     """``run at 6am`` -> ``runs at 6am``; ``go`` -> ``goes``; ``study`` -> ``studies``."""
     first, sep, rest = phrase.partition(" ")
     lower = first.lower()
+    participle = lower.endswith("ing") and any(c in "aeiouy" for c in lower[:-3])  # "wearing"; "sing" is a verb
     if lower in _IRREGULAR:
         first = _IRREGULAR[lower]
-    elif not lower.isalpha() or lower.endswith("ed") and not lower.endswith("eed"):
-        return phrase  # not a verb we can conjugate, or past tense: leave it as said
+    elif not lower.isalpha() or lower.endswith("ed") and not lower.endswith("eed") or participle:
+        return phrase  # not a verb we can conjugate, past tense or a participle: leave it as said
     elif lower.endswith("s") and not lower.endswith(("ss", "us")):
         return phrase  # already third person
     elif lower.endswith(("sh", "ch", "ss", "us", "x", "o", "z")):

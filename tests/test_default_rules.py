@@ -134,6 +134,12 @@ ZH_CAPTURED = [
     _p("帮我记一下，我的车位号是B12", FACT, 1, "车位号是B12", "zh-note-this"),
     _p("记住我喜欢靠窗的座位", PREF, 1, "喜欢靠窗的座位", "zh-remember-a-like"),
     _p("记住我的生日是5月3日", FACT, 1, "生日是5月3日", "zh-remember-own-birthday"),
+    # how often, what the household was, what the user was, goals
+    _p("我每年冬天都去哈尔滨看冰灯", FACT, 1, "每年冬天去哈尔滨看冰灯", "zh-habit-every-winter"),
+    _p("我一个星期打两次篮球", FACT, 1, "一个星期打两次篮球", "zh-habit-times-a-week"),
+    _p("我妈以前是纺织厂的会计", FACT, 1, "妈以前是纺织厂的会计", "zh-household-past"),
+    _p("我原来是一名银行柜员", FACT, 1, "原来是银行柜员", "zh-identity-past"),
+    _p("我这辈子的梦想是环游世界", FACT, 1, "梦想是环游世界", "zh-goal"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -186,6 +192,9 @@ ZH_NOT_CAPTURED = [
     pytest.param("我住院了", id="zh-hospital"),
     pytest.param("我确诊了糖尿病", id="zh-sensitive-health"),
     pytest.param("我对花生过敏", id="zh-allergy"),
+    pytest.param("我一个月前去了趟上海", id="zh-a-month-ago-is-not-a-habit"),
+    pytest.param("你的梦想是什么？", id="zh-goal-question"),
+    pytest.param("我爸以前在医院住了半年", id="zh-household-health"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
@@ -269,11 +278,38 @@ EN_CAPTURED = [
     _p("Remember that my birthday is May 3", FACT, 1, "their birthday is May 3", "en-remember"),
     _p("Please remember I take the bus to work", FACT, 1, "takes the bus to work", "en-remember-please"),
     _p("Remember that I hate cilantro", PREF, -1, "dislikes cilantro", "en-remember-a-dislike"),
+    # how often, in passing, the household, the past, plans dated beyond today
+    _p("I visit my aunt in Wales every summer", FACT, 1, "visits their aunt in Wales every summer",
+       "en-habit-every-summer"),
+    _p("I swim twice a week", FACT, 1, "swims twice a week", "en-habit-twice-a-week"),
+    _p("I'm always carrying a book", FACT, 1, "always carrying a book", "en-habit-progressive"),
+    _p("I don't drink or smoke.", PREF, -1, "doesn't drink", "en-abstain"),
+    _p("I grew up near the sea in Cornwall", FACT, 1, "grew up near the sea in Cornwall", "en-grew-up"),
+    _p("My wife and I live in a small flat in Porto", FACT, 1, "lives in a small flat in Porto", "en-compound-subject"),
+    _p("Hi there, I'm 41 and I collect stamps", FACT, 1, "is 41 years old", "en-greeting-then-age"),
+    _p("My grandparents are retired fishermen", FACT, 1, "their grandparents are retired fishermen",
+       "en-household-people-noun"),
+    _p("My mother used to work as a midwife", FACT, 1, "their mother used to work as a midwife", "en-household-past"),
+    _p("I used to be a chef", FACT, 1, "used to be a chef", "en-used-to"),
+    _p("We've got a tortoise called Speedy", FACT, 1, "has a tortoise called Speedy", "en-we-household"),
+    _p("I'm going to start university next autumn", COMMIT, 1, "is going to start university next autumn",
+       "en-plan-next-autumn"),
+    _p("As a paramedic I work long shifts", FACT, 1, "is a paramedic", "en-identity-as"),
+    _p("Loud restaurants drive me crazy", PREF, -1, "dislikes Loud restaurants", "en-dislike-thing-first"),
+    _p("Thrillers are my favourites.", PREF, 1, "loves Thrillers", "en-favourites-bare"),
+    _p("My dream job is to design bridges", FACT, 1, "dream job is to design bridges", "en-goal"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
 
 EN_NOT_CAPTURED = [
+    pytest.param("I'll call you next week", id="en-plan-call-you"),
+    pytest.param("I was tired every evening last week", id="en-was-every-evening"),
+    pytest.param("I used to be so shy", id="en-used-to-be-adjective"),
+    pytest.param("As a result, I stayed home", id="en-as-a-result"),
+    pytest.param("My brother has a bad cold", id="en-household-health"),
+    pytest.param("We had a lovely time at the beach", id="en-we-one-off"),
+    pytest.param("That drives me crazy", id="en-drives-me-crazy-pointing"),
     pytest.param("Do you enjoy poetry?", id="en-ask-assistant"),
     pytest.param("Who are you?", id="en-who"),
     pytest.param("Do I like this kind of music?", id="en-question"),

@@ -189,6 +189,10 @@ def test_a_sentence_is_read_in_statements_and_clauses():
         ("我很喜欢打羽毛球", "我很喜欢打羽毛球", "我很喜欢打羽毛球，你也喜欢运动吗？"),
         ("你也喜欢运动吗？", "你也喜欢运动吗？", "我很喜欢打羽毛球，你也喜欢运动吗？"),
     ]
+    # a compound subject is one subject, not two clauses; a whole clause before "and I" is its own
+    assert [c for c, _, _ in clauses("My wife and I live in Oslo")] == ["My wife and I live in Oslo"]
+    assert [c for c, _, _ in clauses("My boss likes golf and I like tennis")] == ["My boss likes golf",
+                                                                                "and I like tennis"]
 
 
 def test_each_clause_is_its_own_memory_and_the_gates_read_the_whole():
