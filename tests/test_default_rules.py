@@ -140,6 +140,14 @@ ZH_CAPTURED = [
     _p("我妈以前是纺织厂的会计", FACT, 1, "妈以前是纺织厂的会计", "zh-household-past"),
     _p("我原来是一名银行柜员", FACT, 1, "原来是银行柜员", "zh-identity-past"),
     _p("我这辈子的梦想是环游世界", FACT, 1, "梦想是环游世界", "zh-goal"),
+    _p("我骑自行车上班", FACT, 1, "骑自行车上班", "zh-commute"),
+    _p("我和两个朋友合租", FACT, 1, "和两个朋友合租", "zh-live-how"),
+    _p("我家住在三楼", FACT, 1, "住在三楼", "zh-home-floor"),
+    _p("我本科学的是法律", FACT, 1, "学的是法律", "zh-mine-major"),
+    _p("我这人特别怕热", PREF, -1, "怕热", "zh-this-person-fears"),
+    _p("我最怕的就是打针", PREF, -1, "怕打针", "zh-fear-most"),
+    _p("我在健身", FACT, 1, "在健身", "zh-ongoing-bare"),
+    _p("我会一点法语", FACT, 1, "会一点法语", "zh-skill-a-little"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -195,6 +203,8 @@ ZH_NOT_CAPTURED = [
     pytest.param("我一个月前去了趟上海", id="zh-a-month-ago-is-not-a-habit"),
     pytest.param("你的梦想是什么？", id="zh-goal-question"),
     pytest.param("我爸以前在医院住了半年", id="zh-household-health"),
+    pytest.param("他骑自行车上班", id="zh-commute-someone-else"),
+    pytest.param("我最怕的就是这个", id="zh-fear-pointing"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
@@ -275,7 +285,8 @@ EN_CAPTURED = [
     _p("keep your answers short", STYLE, 1, "answer style: keep your answers short", "en-style-keep-short"),
     _p("From now on, write in Spanish", STYLE, 1, "answer style: write in Spanish", "en-style-write-in-not-translate"),
     # explicit memory
-    _p("Remember that my birthday is May 3", FACT, 1, "their birthday is May 3", "en-remember"),
+    _p("Remember that my locker number is 42", FACT, 1, "their locker number is 42", "en-remember"),
+    _p("Remember that my birthday is May 3", FACT, 1, "birthday is May 3", "en-remember-birthday-slot"),
     _p("Please remember I take the bus to work", FACT, 1, "takes the bus to work", "en-remember-please"),
     _p("Remember that I hate cilantro", PREF, -1, "dislikes cilantro", "en-remember-a-dislike"),
     # how often, in passing, the household, the past, plans dated beyond today
@@ -298,6 +309,15 @@ EN_CAPTURED = [
     _p("Loud restaurants drive me crazy", PREF, -1, "dislikes Loud restaurants", "en-dislike-thing-first"),
     _p("Thrillers are my favourites.", PREF, 1, "loves Thrillers", "en-favourites-bare"),
     _p("My dream job is to design bridges", FACT, 1, "dream job is to design bridges", "en-goal"),
+    _p("I work nights at a warehouse", FACT, 1, "works nights at a warehouse", "en-work-nights"),
+    _p("I've been vegetarian for ten years", FACT, 1, "is vegetarian", "en-diet-for-years"),
+    _p("My kids are 6 and 9", FACT, 1, "their kids are 6 and 9", "en-household-ages"),
+    _p("We just had our first baby", FACT, 1, "had their first baby", "en-we-life-update"),
+    _p("I'm more of a tea person", FACT, 1, "is more of a tea person", "en-more-of-a"),
+    _p("I'm hopeless with directions", FACT, 1, "is hopeless with directions", "en-good-with"),
+    _p("I'm the youngest of three", FACT, 1, "is the youngest of three", "en-birth-order"),
+    _p("I never learned to ski.", FACT, -1, "can't ski", "en-cannot"),
+    _p("My birthday is in October", FACT, 1, "birthday is in October", "en-birthday"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
@@ -310,6 +330,9 @@ EN_NOT_CAPTURED = [
     pytest.param("My brother has a bad cold", id="en-household-health"),
     pytest.param("We had a lovely time at the beach", id="en-we-one-off"),
     pytest.param("That drives me crazy", id="en-drives-me-crazy-pointing"),
+    pytest.param("I've got a bad back", id="en-injury-is-health"),
+    pytest.param("My birthday is tomorrow", id="en-birthday-today-is-short-term"),
+    pytest.param("I cannot swim today, the pool is closed", id="en-cannot-today"),
     pytest.param("Do you enjoy poetry?", id="en-ask-assistant"),
     pytest.param("Who are you?", id="en-who"),
     pytest.param("Do I like this kind of music?", id="en-question"),
