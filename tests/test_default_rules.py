@@ -148,6 +148,13 @@ ZH_CAPTURED = [
     _p("我最怕的就是打针", PREF, -1, "怕打针", "zh-fear-most"),
     _p("我在健身", FACT, 1, "在健身", "zh-ongoing-bare"),
     _p("我会一点法语", FACT, 1, "会一点法语", "zh-skill-a-little"),
+    _p("我在成都待了快五年了", FACT, 1, "住在成都", "zh-lived-for-years"),
+    _p("我晚上在一家便利店兼职", FACT, 1, "在一家便利店兼职", "zh-part-time"),
+    _p("平时我都骑车去公司", FACT, 1, "平时骑车去公司", "zh-habit-time-first"),
+    _p("我很少喝奶茶", FACT, 1, "很少喝奶茶", "zh-rarely"),
+    _p("我这个人比较慢热", FACT, 1, "慢热", "zh-trait"),
+    _p("我上个月刚拿到驾照", FACT, 1, "拿到驾照", "zh-licence"),
+    _p("你好，最近我在学游泳", FACT, 1, "在学游泳", "zh-greeting-then-time-word"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -205,6 +212,9 @@ ZH_NOT_CAPTURED = [
     pytest.param("我爸以前在医院住了半年", id="zh-household-health"),
     pytest.param("他骑自行车上班", id="zh-commute-someone-else"),
     pytest.param("我最怕的就是这个", id="zh-fear-pointing"),
+    pytest.param("这种花我很少见到", id="zh-rarely-seen-is-a-reaction"),
+    pytest.param("我宅在家里两天了", id="zh-stayed-in-is-not-a-trait"),
+    pytest.param("我正在看书呢", id="zh-reading-right-now"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
@@ -318,6 +328,7 @@ EN_CAPTURED = [
     _p("I'm the youngest of three", FACT, 1, "is the youngest of three", "en-birth-order"),
     _p("I never learned to ski.", FACT, -1, "can't ski", "en-cannot"),
     _p("My birthday is in October", FACT, 1, "birthday is in October", "en-birthday"),
+    _p("Recently I've been learning Portuguese", FACT, 1, "is learning Portuguese", "en-recently-opener"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
