@@ -155,6 +155,9 @@ ZH_CAPTURED = [
     _p("我这个人比较慢热", FACT, 1, "慢热", "zh-trait"),
     _p("我上个月刚拿到驾照", FACT, 1, "拿到驾照", "zh-licence"),
     _p("你好，最近我在学游泳", FACT, 1, "在学游泳", "zh-greeting-then-time-word"),
+    _p("奶茶这玩意儿我最爱喝了", PREF, 1, "喜欢奶茶", "zh-topic-marker-like"),
+    _p("羊肉这种东西，我一口都不吃", PREF, -1, "不喜欢羊肉", "zh-topic-marker-dislike"),
+    _p("麻烦你回答的时候多举例子", STYLE, 1, "回答要求：多举例子", "zh-style-when-answering"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -213,6 +216,7 @@ ZH_NOT_CAPTURED = [
     pytest.param("他骑自行车上班", id="zh-commute-someone-else"),
     pytest.param("我最怕的就是这个", id="zh-fear-pointing"),
     pytest.param("这种花我很少见到", id="zh-rarely-seen-is-a-reaction"),
+    pytest.param("这个东西我不喜欢", id="zh-topic-pointing"),
     pytest.param("我宅在家里两天了", id="zh-stayed-in-is-not-a-trait"),
     pytest.param("我正在看书呢", id="zh-reading-right-now"),
 ]
@@ -329,6 +333,9 @@ EN_CAPTURED = [
     _p("I never learned to ski.", FACT, -1, "can't ski", "en-cannot"),
     _p("My birthday is in October", FACT, 1, "birthday is in October", "en-birthday"),
     _p("Recently I've been learning Portuguese", FACT, 1, "is learning Portuguese", "en-recently-opener"),
+    _p("Dark chocolate, I can't get enough of.", PREF, 1, "likes Dark chocolate", "en-topic-like"),
+    _p("Reality TV I just can't stand", PREF, -1, "dislikes Reality TV", "en-topic-dislike"),
+    _p("When you answer, use bullet points", STYLE, 1, "answer style: use bullet points", "en-style-when-you-answer"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
@@ -344,6 +351,8 @@ EN_NOT_CAPTURED = [
     pytest.param("I've got a bad back", id="en-injury-is-health"),
     pytest.param("My birthday is tomorrow", id="en-birthday-today-is-short-term"),
     pytest.param("I cannot swim today, the pool is closed", id="en-cannot-today"),
+    pytest.param("That, I love.", id="en-topic-pointing"),
+    pytest.param("My sister I adore", id="en-topic-a-person"),
     pytest.param("Do you enjoy poetry?", id="en-ask-assistant"),
     pytest.param("Who are you?", id="en-who"),
     pytest.param("Do I like this kind of music?", id="en-question"),
