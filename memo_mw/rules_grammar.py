@@ -121,7 +121,7 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
     if not verbs or not subjects:
         return report(node, rule_id, "a statement needs verbs and subjects", key="verbs") or []
     modifiers = parts["adverbs"] + parts["negations"]
-    mods = rf"(?:{words(modifiers, 'mods', lists)}\s*)" if modifiers else "(?!)"
+    mods = rf"(?:{words(modifiers, 'mods', lists)}[\s,]*)" if modifiers else "(?!)"  # "really, really"
     start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""

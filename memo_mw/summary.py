@@ -11,8 +11,8 @@ from .text import memory_key
 # Edge punctuation, except the brackets of PII placeholders such as "[email]".
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
-_IRREGULAR = {"have": "has", "be": "is", "am": "is", "are": "is", "do": "does", "go": "goes", "can": "can",
-              "will": "will", "must": "must", "should": "should", "may": "may", "might": "might"}
+_IRREGULAR = {"have": "has", "be": "is", "am": "is", "are": "is", "do": "does", "go": "goes"} | {w: w for w in (
+    "can will must should may might in on at by to up out off into a an the not so too very just only".split())}
 
 
 def summarize(trigger: Trigger, rule_file: RuleFile, groups: dict[str, str | None]) -> tuple[str, str] | None:

@@ -336,6 +336,19 @@ EN_CAPTURED = [
     _p("Dark chocolate, I can't get enough of.", PREF, 1, "likes Dark chocolate", "en-topic-like"),
     _p("Reality TV I just can't stand", PREF, -1, "dislikes Reality TV", "en-topic-dislike"),
     _p("When you answer, use bullet points", STYLE, 1, "answer style: use bullet points", "en-style-when-you-answer"),
+    _p("Being a paramedic means I sleep at odd hours", FACT, 1, "is a paramedic", "en-being-a"),
+    _p("Big news: we're moving to Dublin in the autumn", COMMIT, 1, "is moving to Dublin in the autumn", "en-colon-lead-we"),
+    _p("I've switched to oat milk", PREF, 1, "switched to oat milk", "en-switched-to"),
+    _p("I'm really, really not into golf", PREF, -1, "dislikes golf", "en-adverbs-with-a-comma"),
+    _p("Nothing beats a hot bath after skiing", PREF, 1, "likes a hot bath after skiing", "en-nothing-beats"),
+    _p("Give me tea over coffee any day", PREF, 1, "prefers tea over coffee", "en-give-me-x-over-y"),
+    _p("I'm starting an apprenticeship in June", COMMIT, 1, "is starting an apprenticeship in June".replace(
+        "an apprenticeship", "an apprenticeship"), "en-starting"),
+    _p("My son just turned seven", FACT, 1, "their son turned seven", "en-household-turned"),
+    _p("I finally got my driving licence last month", FACT, 1, "got their driving licence last month", "en-licence"),
+    _p("I'd love to visit Patagonia one day", COMMIT, 1, "wants to visit Patagonia one day", "en-want-one-day"),
+    _p("Please don't use emojis when you reply to me", STYLE, 1, "answer style: don't use emojis", "en-style-when-you-reply"),
+    _p("I'm usually asleep by eleven", FACT, 1, "usually asleep by eleven", "en-habit-not-a-verb"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
@@ -353,6 +366,9 @@ EN_NOT_CAPTURED = [
     pytest.param("I cannot swim today, the pool is closed", id="en-cannot-today"),
     pytest.param("That, I love.", id="en-topic-pointing"),
     pytest.param("My sister I adore", id="en-topic-a-person"),
+    pytest.param("I'd love a summary of this article", id="en-request-love-a"),
+    pytest.param("Give me a minute", id="en-give-me-is-not-a-preference"),
+    pytest.param("There is nothing left in the fridge", id="en-nothing-left"),
     pytest.param("Do you enjoy poetry?", id="en-ask-assistant"),
     pytest.param("Who are you?", id="en-who"),
     pytest.param("Do I like this kind of music?", id="en-question"),

@@ -60,7 +60,7 @@ def test_summarize(tmp_path, rule, groups, said):
     ("watch films", "watches films"), ("focus on work", "focuses on work"), ("have tea", "has tea"),
     ("play chess", "plays chess"), ("wanted to go", "wanted to go"), ("need coffee", "needs coffee"),
     ("does yoga", "does yoga"), ("6am runs", "6am runs"), ("wearing a hat", "wearing a hat"),
-    ("sing in a choir", "sings in a choir"), ("bring lunch", "brings lunch"),
+    ("sing in a choir", "sings in a choir"), ("bring lunch", "brings lunch"), ("in bed by ten", "in bed by ten"),
 ])
 def test_third_person(phrase, expected):
     assert third_person(phrase) == expected
