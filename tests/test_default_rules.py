@@ -158,6 +158,14 @@ ZH_CAPTURED = [
     _p("奶茶这玩意儿我最爱喝了", PREF, 1, "喜欢奶茶", "zh-topic-marker-like"),
     _p("羊肉这种东西，我一口都不吃", PREF, -1, "不喜欢羊肉", "zh-topic-marker-dislike"),
     _p("麻烦你回答的时候多举例子", STYLE, 1, "回答要求：多举例子", "zh-style-when-answering"),
+    _p("我下个月要结婚", FACT, 1, "要结婚", "zh-life-coming"),
+    _p("我们家上周刚搬到城东", FACT, 1, "搬到城东", "zh-life-household-moved"),
+    _p("最近迷上了攀岩", PREF, 1, "喜欢攀岩", "zh-like-no-subject"),
+    _p("我对足球一点兴趣都没有", PREF, -1, "对足球不感兴趣", "zh-no-interest-at-all"),
+    _p("本人是个资深吃货", FACT, 1, "是资深吃货", "zh-benren"),
+    _p("我们俩打算明年去新疆自驾", COMMIT, 1, "打算明年去新疆自驾", "zh-plan-couple"),
+    _p("我的工作是在银行做柜员", FACT, 1, "工作是在银行做柜员", "zh-my-job-is"),
+    _p("我这个月开始学滑板了", FACT, 1, "开始学滑板", "zh-this-month"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
