@@ -357,6 +357,14 @@ EN_CAPTURED = [
     _p("I'd love to visit Patagonia one day", COMMIT, 1, "wants to visit Patagonia one day", "en-want-one-day"),
     _p("Please don't use emojis when you reply to me", STYLE, 1, "answer style: don't use emojis", "en-style-when-you-reply"),
     _p("I'm usually asleep by eleven", FACT, 1, "usually asleep by eleven", "en-habit-not-a-verb"),
+    _p("The heating broke, which matters because I work from home and it's cold", FACT, 1, "works from home",
+       "en-relative-clause-is-not-a-question"),
+    _p("I'm retraining as a plumber", FACT, 1, "is retraining as a plumber", "en-retraining"),
+    _p("My commute is forty minutes by bike", FACT, 1, "commute is forty minutes by bike", "en-slot-commute"),
+    _p("Been vegetarian since uni", FACT, 1, "is vegetarian", "en-diet-no-subject"),
+    _p("I'm moving in with my girlfriend in May", COMMIT, 1, "is moving in with their girlfriend in May", "en-moving-in"),
+    _p("My dad lives with us now", FACT, 1, "their dad lives with us", "en-household-lives-with"),
+    _p("My husband's a firefighter", FACT, 1, "their husband is a firefighter", "en-household-contraction"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
@@ -377,6 +385,8 @@ EN_NOT_CAPTURED = [
     pytest.param("I'd love a summary of this article", id="en-request-love-a"),
     pytest.param("Give me a minute", id="en-give-me-is-not-a-preference"),
     pytest.param("There is nothing left in the fridge", id="en-nothing-left"),
+    pytest.param("My job is killing me", id="en-slot-mood"),
+    pytest.param("My husband's car broke down", id="en-household-possessive"),
     pytest.param("Do you enjoy poetry?", id="en-ask-assistant"),
     pytest.param("Who are you?", id="en-who"),
     pytest.param("Do I like this kind of music?", id="en-question"),
