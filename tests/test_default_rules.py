@@ -365,6 +365,9 @@ EN_CAPTURED = [
     _p("I'm moving in with my girlfriend in May", COMMIT, 1, "is moving in with their girlfriend in May", "en-moving-in"),
     _p("My dad lives with us now", FACT, 1, "their dad lives with us", "en-household-lives-with"),
     _p("My husband's a firefighter", FACT, 1, "their husband is a firefighter", "en-household-contraction"),
+    _p("I went to college for graphic design", FACT, 1, "studied graphic design", "en-studied"),
+    _p("I've been working at the same hospital for ten years", FACT, 1,
+       "is working at the same hospital for ten years", "en-working-for-years"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
