@@ -166,6 +166,16 @@ ZH_CAPTURED = [
     _p("我们俩打算明年去新疆自驾", COMMIT, 1, "打算明年去新疆自驾", "zh-plan-couple"),
     _p("我的工作是在银行做柜员", FACT, 1, "工作是在银行做柜员", "zh-my-job-is"),
     _p("我这个月开始学滑板了", FACT, 1, "开始学滑板", "zh-this-month"),
+    _p("我们家有三个孩子", FACT, 1, "家里有三个孩子", "zh-household-children"),
+    _p("我们一家四口住在青岛", FACT, 1, "住在青岛", "zh-family-lives"),
+    _p("我几乎每天早上都去游泳", FACT, 1, "每天早上去游泳", "zh-habit-almost"),
+    _p("我平时在家做饭", FACT, 1, "平时在家做饭", "zh-habit-keeps-zai"),
+    _p("我研究生是在南京读的", FACT, 1, "研究生在南京读的", "zh-school"),
+    _p("我毕业后一直在广州工作", FACT, 1, "在广州工作", "zh-work-since-graduating"),
+    _p("我上个月刚入职一家银行", FACT, 1, "入职一家银行", "zh-new-job"),
+    _p("我儿子刚满五岁", FACT, 1, "儿子刚满五岁", "zh-household-age"),
+    _p("我去年从北京搬到了大理", FACT, 1, "从北京搬到大理", "zh-moved-from-to"),
+    _p("以后给我推荐电影的时候别推荐恐怖片", STYLE, 1, "回答要求：给我推荐电影的时候别推荐恐怖片", "zh-style-recommend"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -227,6 +237,8 @@ ZH_NOT_CAPTURED = [
     pytest.param("这个东西我不喜欢", id="zh-topic-pointing"),
     pytest.param("我宅在家里两天了", id="zh-stayed-in-is-not-a-trait"),
     pytest.param("我正在看书呢", id="zh-reading-right-now"),
+    pytest.param("他从上海搬到了深圳", id="zh-someone-else-moved"),
+    pytest.param("我朋友刚满三十岁", id="zh-friend-age"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
