@@ -175,6 +175,8 @@ ZH_CAPTURED = [
     _p("我上个月刚入职一家银行", FACT, 1, "入职一家银行", "zh-new-job"),
     _p("我儿子刚满五岁", FACT, 1, "儿子刚满五岁", "zh-household-age"),
     _p("我去年从北京搬到了大理", FACT, 1, "从北京搬到大理", "zh-moved-from-to"),
+    _p("我是属猴的", FACT, 1, "属猴", "zh-zodiac"),
+    _p("我从今年开始戒酒了", PREF, -1, "戒了酒", "zh-quit-since"),
     _p("以后给我推荐电影的时候别推荐恐怖片", STYLE, 1, "回答要求：给我推荐电影的时候别推荐恐怖片", "zh-style-recommend"),
 ]
 
