@@ -286,6 +286,17 @@ def test_facts_said_in_passing(persona_chat, funnel):
     assert len(ev.passing_eval(persona_chat, funnel, sample=1)["stray_sample"]) == 1
 
 
+def test_the_second_held_out_set_loads_and_shares_no_text_with_the_others():
+    rows = ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout2.jsonl")
+    for lang in ("zh", "en"):
+        turns = [r for r in rows if r["lang"] == lang]
+        assert len(turns) == 90 and any(r["label"] for r in turns) and any(not r["label"] for r in turns)
+        assert all(not r["label"] for r in turns if r.get("sensitive")) and sum(bool(r.get("sensitive")) for r in turns) == 8
+    others = ev.load_labels() + ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout.jsonl")
+    assert not {ev._same_text(r["text"]) for r in rows} & {ev._same_text(r["text"]) for r in others}
+    assert len({r["id"] for r in rows}) == len(rows)
+
+
 def test_the_held_out_labels_load_and_cover_both_languages():
     rows = ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout.jsonl")
     by_language = {lang: [r for r in rows if r["lang"] == lang] for lang in ("zh", "en")}
