@@ -640,6 +640,9 @@ FORGET_PHRASINGS_EN = [
     _f("please forget everything you know", ALL, id="en-please-forget-everything-you-know"),
     _f("Please forget everything you know about me.", ALL, id="en-everything-you-know-about-me"),
     _f("forget all of it", ALL, id="en-forget-all-of-it"),
+    _f("Could you wipe whatever you remember about me?", ALL, id="en-wipe-whatever-you-remember"),
+    _f("Scratch that, forget I mentioned the cat.", MATCH, "the cat", id="en-forget-i-mentioned"),
+    _f("Forget my address.", MATCH, "my address", id="en-forget-my-x"),
     _f("Forget it all, please", ALL, id="en-forget-it-all-please"),
     _f("Could you forget everything I've told you?", ALL, id="en-could-you-everything-told"),
     _f("can you please forget everything about me", ALL, id="en-can-you-please"),
@@ -713,6 +716,7 @@ FORGET_PHRASINGS_EN = [
 FORGET_PHRASINGS_ZH = [
     # everything
     _f("忘掉所有", ALL, id="zh-forget-all"),
+    _f("把我工作的事忘了吧", MATCH, "我工作", id="zh-forget-the-matter-of"),
     _f("忘掉所有吧", ALL, id="zh-forget-all-ba"),
     _f("把我说过的都忘了", ALL, id="zh-ba-all-i-said"),
     _f("别再记我了", ALL, id="zh-dont-record-me-anymore"),
