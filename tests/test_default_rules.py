@@ -364,8 +364,7 @@ EN_CAPTURED = [
     _p("I'm really, really not into golf", PREF, -1, "dislikes golf", "en-adverbs-with-a-comma"),
     _p("Nothing beats a hot bath after skiing", PREF, 1, "likes a hot bath after skiing", "en-nothing-beats"),
     _p("Give me tea over coffee any day", PREF, 1, "prefers tea over coffee", "en-give-me-x-over-y"),
-    _p("I'm starting an apprenticeship in June", COMMIT, 1, "is starting an apprenticeship in June".replace(
-        "an apprenticeship", "an apprenticeship"), "en-starting"),
+    _p("I'm starting an apprenticeship in June", COMMIT, 1, "is starting an apprenticeship in June", "en-starting"),
     _p("My son just turned seven", FACT, 1, "their son turned seven", "en-household-turned"),
     _p("I finally got my driving licence last month", FACT, 1, "got their driving licence last month", "en-licence"),
     _p("I'd love to visit Patagonia one day", COMMIT, 1, "wants to visit Patagonia one day", "en-want-one-day"),
