@@ -11,8 +11,9 @@ from .text import memory_key
 # Edge punctuation, except the brackets of PII placeholders such as "[email]".
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
-_IRREGULAR = {"have": "has", "be": "is", "am": "is", "are": "is", "do": "does", "go": "goes"} | {w: w for w in (
-    "can will must should may might in on at by to up out off into a an the not so too very just only".split())}
+_IRREGULAR = {"have": "has", "be": "is", "am": "is", "are": "is", "do": "does", "go": "goes"}
+_AS_SAID = frozenset(("can will must should may might "  # left as said: modal verbs, and no verb ("in bed by ten")
+                      "in on at by to up out off into a an the not so too very just only").split())
 
 
 def summarize(trigger: Trigger, rule_file: RuleFile, groups: dict[str, str | None]) -> tuple[str, str] | None:
@@ -67,7 +68,7 @@ def third_person(phrase: str) -> str:
     participle = lower.endswith("ing") and any(c in "aeiouy" for c in lower[:-3])  # "wearing"; "sing" is a verb
     if lower in _IRREGULAR:
         first = _IRREGULAR[lower]
-    elif not lower.isalpha() or lower.endswith("ed") and not lower.endswith("eed") or participle:
+    elif lower in _AS_SAID or not lower.isalpha() or lower.endswith("ed") and not lower.endswith("eed") or participle:
         return phrase  # not a verb we can conjugate, past tense or a participle: leave it as said
     elif lower.endswith("s") and not lower.endswith(("ss", "us")):
         return phrase  # already third person
