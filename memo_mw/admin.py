@@ -122,10 +122,9 @@ def create_blueprint(db: str, *, url_prefix: str = "/memo", user_header: str = d
     db = str(Path(db).resolve())
     if queue is None and redis_url:  # the middleware's own spool file: several processes may share it
         queue = make_queue(redis_url, name=queue_name, spool=db + ".spool")
-    funnel = Funnel(rules if isinstance(rules, RuleSet) else load_rules(rules))
     header_key = "HTTP_" + user_header.upper().replace("-", "_") if trust_user_header else None
     admin = Admin(db, user_header_key=header_key, get_user=get_user, admin_token=admin_token, queue=queue,
-                  funnel=funnel, clock=clock)
+                  funnel=Funnel(rules if isinstance(rules, RuleSet) else load_rules(rules)), clock=clock)
     return _blueprint(admin, name=name, url_prefix=url_prefix)
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 import redis
-from rq import Queue
 
 from . import counters, defaults, history, maintenance, postgres
 from . import insights as profile
@@ -74,12 +73,6 @@ def _store(db: str, *, write: bool = False, create: bool = False) -> Iterator[St
         store = Store(db, readonly=not write)
     with _one_line(DATABASE_ERRORS, f"cannot use {store.db.name!r} as the memory database: "), store:
         yield store
-
-
-@contextlib.contextmanager
-def _redis_queue(url: str, name: str) -> Iterator[Queue]:
-    with _one_line((redis.RedisError, ValueError), f"cannot reach Redis at {url}: "):
-        yield json_queue(url, name)
 
 
 db_option = click.option("--db", default="memo.db", show_default=True, envvar="MEMO_DB",
@@ -256,8 +249,7 @@ def recall(db: str, rules_paths: tuple[str, ...], user: str | None, session: str
     would (read-only: hits are not counted)."""
     if (query is None or user is None) if batch is None else (query is not None or user is not None):
         raise click.UsageError("give --user and QUERY, or --batch FILE")
-    funnel = _funnel(rules_paths)
-    recaller = Recaller(db, funnel, RecallConfig(k=k, budget=budget))
+    recaller = Recaller(db, _funnel(rules_paths), RecallConfig(k=k, budget=budget))
     with _store(db) as store, recaller.store():  # a clear error for a bad --db first; then recall's own
         if batch is None:
             rows = _recall(recaller, user, query, session, time.time() if now is None else now)
@@ -302,11 +294,8 @@ def forget(db: str, user: str, match: str | None, url: str | None, queue_name: s
         count = store.forget(user, match=match, ts=int(at), reason="cli", at=at, now=True)
     message = f"deleted {count} memories of {user}"
     if url:
-        try:
-            with _redis_queue(url, queue_name) as queue:
-                changed = forget_waiting(queue, user, forget_marker(match, at, at, pending_only=True))
-        except click.ClickException as exc:
-            raise click.ClickException(f"{message}, but {exc.message}") from exc
+        with _one_line((redis.RedisError, ValueError), f"{message}, but cannot reach Redis at {url}: "):
+            changed = forget_waiting(json_queue(url, queue_name), user, forget_marker(match, at, at, pending_only=True))
         message += f"; {changed} waiting jobs changed in Redis"
     click.echo(message)
 

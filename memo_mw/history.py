@@ -15,7 +15,7 @@ import regex
 
 from . import defaults
 from .forgetting import names
-from .text import index_terms, normalize, tokens, weight
+from .text import fitting, index_terms, normalize, tokens, weight
 
 #: BM25's usual constants: term-frequency saturation and length normalisation.
 BM25_K1, BM25_B = 1.2, 0.75
@@ -49,7 +49,7 @@ def add(db: Any, payload: dict[str, Any]) -> bool:
     """Keep the payload's message (``payload["history"]``: its masked text and days to keep; a later
     forget request has taken it out already: :func:`memo_mw.forgetting.without_forgotten`) unless the
     user turned history off. True when it was kept."""
-    said = payload.get("history")
+    said, message_id = payload.get("history"), payload.get("message_id")
     user_id, ts = payload["user_id"], int(payload["ts"])
     if not said or not said.get("text") or not enabled(db, user_id):
         return False
@@ -57,14 +57,10 @@ def add(db: Any, payload: dict[str, Any]) -> bool:
     days = said.get("days")
     db.execute("insert into history (user_id, session_id, message_id, ts, expires_at, text, terms, words)"
                " values (?, ?, ?, ?, ?, ?, ?, ?)",
-               [user_id, payload.get("session_id"), _str(payload.get("message_id")), ts,
+               [user_id, payload.get("session_id"), None if message_id is None else str(message_id), ts,
                 None if days is None else int(ts + float(days) * 86400), said["text"],
                 " ".join(index_terms(user_id, words)), " ".join(sorted(words))])
     return True
-
-
-def _str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 def rows(db: Any, user_id: str) -> list[dict[str, Any]]:
@@ -160,14 +156,8 @@ def rank(found: list[dict[str, Any]], query: frozenset[str], *, now: float, said
         return any(s in text for s in said)
 
     best_first = (m for m in sorted(found, key=lambda m: (score(m), m["ts"]), reverse=True) if not repeats(m))
-    chosen, used = [], 0
-    for m in itertools.islice(best_first, k):
-        text = excerpt(m["text"], query)
-        cost = approx_tokens(text)
-        if used + cost <= budget:
-            used += cost
-            chosen.append({**m, "text": text, "score": round(score(m), 6)})
-    return chosen
+    cut = ({**m, "text": excerpt(m["text"], query)} for m in itertools.islice(best_first, k))
+    return [{**m, "score": round(score(m), 6)} for m in fitting(cut, lambda m: approx_tokens(m["text"]), budget)]
 
 
 def excerpt(text: str, query: frozenset[str], limit: int = defaults.HISTORY_LINE_CHARS) -> str:

@@ -162,9 +162,8 @@ class MemoryMiddleware:
         except Exception:
             log.exception("memo-mw: memory step failed; request passed through unchanged")
             environ[ENVIRON_MEMORIES] = []
-            environ.pop(ENVIRON_BLOCK, None)
-            environ.pop(ENVIRON_PROFILE, None)
-            environ.pop(ENVIRON_HISTORY, None)
+            for key in (ENVIRON_BLOCK, ENVIRON_PROFILE, ENVIRON_HISTORY):
+                environ.pop(key, None)
         environ["wsgi.input"] = io.BytesIO(raw if new_raw is None else new_raw)
         environ["CONTENT_LENGTH"] = content_length if new_raw is None else str(len(new_raw))
         return None
@@ -272,8 +271,7 @@ class MemoryMiddleware:
         if not memories and not profile and not past:
             return None
         block = format_block(memories, profile, past)
-        # The new body first: the environ, the hit counts and the "asked once" mark are for a
-        # block the app does get.
+        # The new body first: the environ, hit counts and "asked once" mark are for a block the app gets.
         new_raw = json_utf8(inject(body, turn, block, field=self.inject_field))
         environ[ENVIRON_MEMORIES] = memories
         environ[ENVIRON_BLOCK] = block
@@ -281,8 +279,7 @@ class MemoryMiddleware:
             environ[ENVIRON_PROFILE] = profile
         if past:
             environ[ENVIRON_HISTORY] = past
-        stored = [m["id"] for m in memories if m["id"] is not None]  # pending ones have none yet
-        if stored:
+        if stored := [m["id"] for m in memories if m["id"] is not None]:  # pending ones have none yet
             self._enqueue(TOUCH, [self.db, user_id, stored, int(now)], user_id)
         asked = [m["id"] for m in memories if m.get("status") == "pending_confirm"]
         if asked:  # asked once: not again, even before the touch job records it

@@ -7,6 +7,7 @@ candidates, as a share of the best candidate's; style memories and an expired ta
 confirmation are always in; the top ``k`` fit a character budget."""
 
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -23,7 +24,7 @@ from .exceptions import DATABASE_ERRORS, StoreError
 from .forgetting import forgotten, without_forgotten
 from .state import EMPTY, UserState
 from .store import RECALLABLE, Store
-from .text import normalize, tokens
+from .text import fitting, normalize, tokens
 
 BLOCK_BEGIN = "[MEMORY_BEGIN]"
 BLOCK_END = "[MEMORY_END]"
@@ -100,15 +101,9 @@ def score(memories: Iterable[dict[str, Any]], query_tokens: frozenset[str], quer
         total = config.w_relevance * rel / best + config.w_recency * recency + config.w_hotness * hotness
         scored.append(((always, round(total, 6), memory.get("source_ts") or 0, memory["id"] or 0), rel, memory))
     scored.sort(key=lambda entry: entry[0], reverse=True)  # style, confirmations, then score; ties: newer
-    chosen, used = [], 0
-    for order, rel, memory in scored:
-        if len(chosen) >= config.k:
-            break
-        cost = len(line(memory))
-        if used + cost <= config.budget:
-            used += cost
-            chosen.append({**memory, "score": order[1], "relevance": round(rel, 6)})
-    return chosen
+    fits = fitting(scored, lambda entry: len(line(entry[2])), config.budget)
+    return [{**memory, "score": order[1], "relevance": round(rel, 6)}
+            for order, rel, memory in itertools.islice(fits, config.k)]
 
 
 class Recaller:
@@ -192,13 +187,8 @@ class Recaller:
         with self.store() as store:
             rows = store.db.execute("select topic, text from insights where user_id = ? order by rank limit ?",
                                     [user_id, defaults.PROFILE_RECALL_K]).fetchall()
-        chosen, used = [], 0
-        for topic, text in rows:
-            cost = len(profile_line({"text": text}))
-            if used + cost <= defaults.PROFILE_RECALL_BUDGET_CHARS:
-                used += cost
-                chosen.append({"topic": topic, "text": text})
-        return chosen
+        insights = [{"topic": topic, "text": text} for topic, text in rows]
+        return list(fitting(insights, lambda insight: len(profile_line(insight)), defaults.PROFILE_RECALL_BUDGET_CHARS))
 
 
 def visible(memories: list[dict[str, Any]], state: UserState) -> list[dict[str, Any]]:

@@ -26,10 +26,9 @@ def files_signature(paths: str | Sequence[str] | None) -> tuple:
     for path in files:
         try:
             st = os.stat(path)
+            out.append((path, st.st_mtime_ns, st.st_size, st.st_ino))
         except OSError:
             out.append((path, None))
-        else:
-            out.append((path, st.st_mtime_ns, st.st_size, st.st_ino))
     return tuple(out)
 
 

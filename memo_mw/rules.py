@@ -14,7 +14,7 @@ from . import defaults
 from .exceptions import RulesError
 from .rules_check import Examples, read_examples, template_fields, wrong_examples
 from .rules_grammar import contractions, lowered, spelled_out, statement_nodes
-from .rules_yaml import META_KEYS, Reporter, compile_pattern, list_of, mapping_of, positive_int, read_yaml, strings
+from .rules_yaml import Reporter, compile_pattern, list_of, mapping_of, positive_int, read_yaml, strings, unknown_keys
 
 MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
 FORGET_SCOPES = ("all", "match")
@@ -168,7 +168,7 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
     if data is None:
         return None
     report = Reporter(path, problems)
-    _unknown_keys(data, TOP_KEYS, None, report, "section")
+    unknown_keys(data, TOP_KEYS, None, report, "section")
     if data.get("version", 1) != 1:
         report(data, None, f"version {data.get('version')!r} is not supported (this memo-mw reads version 1)",
                key="version")
@@ -261,13 +261,8 @@ def _rule_id(node: Any, section: str, index: int, data: dict, report, seen_ids: 
     return rule_id
 
 
-def _unknown_keys(node: dict, allowed: frozenset[str], rule_id: str | None, report, kind: str = "key") -> None:
-    for key in sorted(set(node) - allowed - META_KEYS, key=str):
-        report(node, rule_id, f"unknown {kind} {key!r} (known: {', '.join(sorted(allowed))})", key=key)
-
-
 def _gate(node: dict, rule_id: str, section: str, path: str, report: Reporter) -> Gate | None:
-    _unknown_keys(node, GATE_KEYS, rule_id, report)
+    unknown_keys(node, GATE_KEYS, rule_id, report)
     pattern = compile_pattern(node.get("pattern"), rule_id, node, report)
     scope = node.get("scope", "all" if section == "forget" else "sentence")
     problem = None
@@ -281,10 +276,10 @@ def _gate(node: dict, rule_id: str, section: str, path: str, report: Reporter) -
     if problem:
         report(node, rule_id, problem, key="scope")
         return None
-    if pattern is not None and scope == "match" and "what" not in pattern.groupindex:
-        report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)", key="pattern")
-        return None
     if pattern is None:
+        return None
+    if scope == "match" and "what" not in pattern.groupindex:
+        report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)", key="pattern")
         return None
     return Gate(id=rule_id, pattern=pattern, reason=str(node.get("reason", section)), scope=scope, source=path,
                 examples=read_examples(node, rule_id, report))
@@ -312,7 +307,7 @@ _TRIGGER_VALUES = (
 
 
 def _trigger(node: dict, rule_id: str, rule_file: RuleFile, report: Reporter) -> Trigger | None:
-    _unknown_keys(node, TRIGGER_KEYS, rule_id, report)
+    unknown_keys(node, TRIGGER_KEYS, rule_id, report)
     pattern = compile_pattern(node.get("pattern"), rule_id, node, report, lists=node.get("__lists__"))
     values, ok = {}, True
     for name, default, valid, problem in _TRIGGER_VALUES:

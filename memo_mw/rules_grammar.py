@@ -7,7 +7,7 @@ from typing import Any
 
 import regex
 
-from .rules_yaml import META_KEYS, Reporter, compile_pattern, mapping_of
+from .rules_yaml import Reporter, compile_pattern, mapping_of, unknown_keys
 
 PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
 GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before"})
@@ -83,8 +83,7 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     if not isinstance(grammar, dict):
         report(data, None, "grammar must be a mapping (see docs/rules.md, Statement grammar)", key="grammar")
         return [], None, None
-    for key in sorted(set(grammar) - GRAMMAR_KEYS - META_KEYS, key=str):
-        report(grammar, None, f"unknown grammar key {key!r} (known: {', '.join(sorted(GRAMMAR_KEYS))})", key=key)
+    unknown_keys(grammar, GRAMMAR_KEYS, None, report, "grammar key")
     parts = {name: _word_list(grammar, name, None, report) for name in PARTS}
     if not parts["subjects"]:
         report(grammar, None, "grammar needs subjects", key="subjects")
@@ -114,8 +113,7 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
             lists: dict[str, set[str]]) -> list[dict]:
     """One statement's triggers: its ``negated`` form (when it has one), then the plain form."""
     rule_id = node["id"]
-    for key in sorted(set(node) - STATEMENT_KEYS - META_KEYS, key=str):
-        report(node, rule_id, f"unknown key {key!r} (known: {', '.join(sorted(STATEMENT_KEYS))})", key=key)
+    unknown_keys(node, STATEMENT_KEYS, rule_id, report)
     verbs = _word_list(node, "verbs", rule_id, report)
     subjects = _word_list(node, "subjects", rule_id, report) if "subjects" in node else parts["subjects"]
     if not verbs or not subjects:
@@ -139,8 +137,6 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
         report(node, rule_id, "negated must be a mapping (summary, polarity...) and the grammar needs negations",
                key="negated")
         return [plain]
-    for key in sorted(set(negated) - NEGATED_KEYS - META_KEYS, key=str):
-        report(negated, rule_id, f"unknown key {key!r} in negated (known: {', '.join(sorted(NEGATED_KEYS))})", key=key)
+    unknown_keys(negated, NEGATED_KEYS, rule_id, report, where=" in negated")
     return [{**plain, "polarity": -plain.get("polarity", 1), "examples": None, **negated, "id": f"{rule_id}.not",
              "__negated__": True}, plain]
-

@@ -95,6 +95,13 @@ class Reporter:
         self.problems.append(f"{where}: {rule_id + ': ' if rule_id else ''}{problem}")
 
 
+def unknown_keys(node: dict, allowed: frozenset[str], rule_id: str | None, report: Reporter, kind: str = "key",
+                 where: str = "") -> None:
+    """Report each key of ``node`` that is not ``allowed`` (the line keys aside), naming the known ones."""
+    for key in sorted(set(node) - allowed - META_KEYS, key=str):
+        report(node, rule_id, f"unknown {kind} {key!r}{where} (known: {', '.join(sorted(allowed))})", key=key)
+
+
 def list_of(data: dict, key: str, report: Reporter) -> list:
     """The list under ``key`` (empty when it is not there; reported when it is not a list)."""
     value = data.get(key)

@@ -107,16 +107,14 @@ class Store(contextlib.AbstractContextManager):
         """Recall's candidates: the user's recallable memories that share a word (a token or
         ``topic:<name>``) with the message, best matches first, and those always shown (style,
         expired ones awaiting a confirmation). ``everything``: the most recent ones instead."""
+        found = []
         if everything:
             found = self.rows(f"where user_id = ? and {RECALLABLE} order by id desc limit ?", [user_id, limit])
-        else:
-            terms = index_terms(user_id, sorted(set(words)))
+        elif terms := index_terms(user_id, sorted(set(words))):
             # Filtered inside the limit: superseded memories keep their terms and must not crowd out the rest.
-            found = []
-            if terms:
-                join, join_args, best_first = self.db.match("memories", "memories", terms)
-                found = self.rows(f"{join} where user_id = ? and {RECALLABLE} order by {best_first} limit ?",
-                                  [*join_args, user_id, limit])
+            join, join_args, best_first = self.db.match("memories", "memories", terms)
+            found = self.rows(f"{join} where user_id = ? and {RECALLABLE} order by {best_first} limit ?",
+                              [*join_args, user_id, limit])
         seen = {m["id"] for m in found}
         # (The condition of the partial index memories_always, written as it is there, so it is used.)
         always = self.rows(f"where user_id = ? and (type = 'style' or status = 'pending_confirm') and {RECALLABLE}",
@@ -141,10 +139,9 @@ class Store(contextlib.AbstractContextManager):
                 [user_id, int(payload["ts"]), received_at(payload)]))
             kept = without_forgotten(payload, markers)
             history.add(self.db, kept)
-            candidates = kept["candidates"]
             edited = {slot for (slot,) in self.db.execute(
                 "select slot from edit_markers where user_id = ? and at >= ?", [user_id, received_at(payload)])}
-            candidates = [c for c in candidates if slot_hash(c["key"]) not in edited]
+            candidates = [c for c in kept["candidates"] if slot_hash(c["key"]) not in edited]
             outcomes = [self._remember_one(payload, c) for c in candidates]
             if job_key:
                 self.db.execute("insert into processed_jobs values (?, ?, ?)", [job_key, user_id, int(payload["ts"])])

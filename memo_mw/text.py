@@ -5,7 +5,8 @@ bigrams plus single characters."""
 import hashlib
 import json
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import regex
 
@@ -97,6 +98,16 @@ def tokens(text: str) -> frozenset[str]:
 def weight(token: str) -> float:
     """A token's weight as evidence of relevance: a single CJK character is weak."""
     return 0.3 if len(token) == 1 else 1.0
+
+
+def fitting(items: Iterable[Any], cost: Callable[[Any], int], budget: int) -> Iterator[Any]:
+    """The items, in order, each whose ``cost`` fits what those before it left of ``budget`` (one too
+    long is skipped; a shorter one after it may still fit)."""
+    used = 0
+    for item in items:
+        if used + (size := cost(item)) <= budget:
+            used += size
+            yield item
 
 
 def index_terms(user_id: str, words: Iterable[str]) -> list[str]:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memo_mw.text import json_utf8, memory_key, nfkc, normalize, stable_id, stem, tokens
+from memo_mw.text import fitting, json_utf8, memory_key, nfkc, normalize, stable_id, stem, tokens
 
 
 def test_chinese_gives_characters_and_bigrams_without_the_stop_ones():
@@ -53,3 +53,8 @@ def test_stable_id_depends_only_on_its_parts():
     assert stable_id("a", "b") != stable_id("ab")  # the parts are kept apart
     assert stable_id("a\x1fb", "c") != stable_id("a", "b\x1fc")  # whatever a part holds
     assert stable_id('a", "b') != stable_id("a", "b")
+
+
+def test_fitting_fills_a_budget_in_order_skipping_what_does_not_fit():
+    assert list(fitting(["aaaa", "bbbbbb", "cc", "d"], len, 7)) == ["aaaa", "cc", "d"]
+    assert list(fitting(["toolong"], len, 3)) == [] and list(fitting([], len, 10)) == []
