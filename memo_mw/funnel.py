@@ -43,6 +43,7 @@ _STATEMENTS = regex.compile(
 _CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+){0,2}?I\b)"
                          r"(?<!^\W*(?:my|our)(?:\s+[\w'-]+){1,2}\s+)", regex.I | regex.V1)
 _BLANKS = regex.compile(r"[^\S\n]+")
+_PIECE = regex.compile(r"[^,，]+")
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}
 
@@ -98,6 +99,15 @@ class _Hit:
     rule_file: RuleFile
     statement: str = ""  # the statement the clause is part of: what the negative gates read
     whole: str = ""  # the sentence: what the sensitive gates read
+    rest: tuple[str, str] = ("", "")  # the clause's comma pieces before and after the match
+
+
+def _untouched(text: str, start: int, end: int) -> tuple[str, str]:
+    """The comma pieces of ``text`` wholly before ``start`` and wholly after ``end``: what a match
+    leaves for the other rules ("我是做前端的，平时喜欢打羽毛球" holds two statements)."""
+    pieces = list(_PIECE.finditer(text))
+    sides = [p for p in pieces if p.end() <= start], [p for p in pieces if p.start() >= end]
+    return tuple(text[side[0].start():side[-1].end()].strip() if side else "" for side in sides)
 
 
 def clauses(text: str) -> list[tuple[str, str, str]]:
@@ -208,7 +218,7 @@ class Funnel:
     def _capture(self, text: str, sentences: list[tuple[str, str, str]], trace: list[tuple[str, str]]
                  ) -> tuple[str, list[Candidate]]:
         """Trigger, length, negative, sensitive and compression stages over the given clauses."""
-        hits = [hit for parts in sentences if (hit := self._trigger(*parts)) is not None]
+        hits = [hit for parts in sentences for hit in self._hits(*parts)]
         if not hits:
             trace.append(("trigger", "no trigger matched"))
             return "no_trigger", []
@@ -248,6 +258,14 @@ class Funnel:
             return "unusable", []
         return "captured", list(candidates.values())
 
+    def _hits(self, clause: str, statement: str, whole: str) -> list[_Hit]:
+        """The trigger the clause meets, then those the pieces it left meet, in the clause's order."""
+        hit = self._trigger(clause, statement, whole)
+        if hit is None:
+            return []
+        before, after = (self._hits(rest, statement, whole) if rest else [] for rest in hit.rest)
+        return [*before, hit, *after]
+
     def _trigger(self, sentence: str, statement: str = "", whole: str = "") -> _Hit | None:
         """The first trigger, in file order, that matches the sentence. The grammar's triggers read
         it with contractions spelled out, and only when it opens as a statement (a subject)."""
@@ -269,7 +287,10 @@ class Funnel:
                     groups = {name: None if match.start(name) < 0 else said[match.start(name):match.end(name)]
                               for name in match.re.groupindex} if trigger.statement else match.groupdict()
                     groups.setdefault("neg", negation_in(trigger, match) if trigger.statement else None)
-                    return _Hit(sentence, trigger, groups, rule_file, statement or sentence, whole or sentence)
+                    # A statement's lead-in ("我是做前端的，" before 我平时…) is left for the other rules.
+                    start = match.start("who") if trigger.statement else match.start()
+                    rest = _untouched(said if trigger.statement else sentence, start, match.end())
+                    return _Hit(sentence, trigger, groups, rule_file, statement or sentence, whole or sentence, rest)
         return None
 
     def _compress(self, hit: _Hit) -> Candidate | None:

@@ -205,6 +205,25 @@ def test_each_clause_is_its_own_memory_and_the_gates_read_the_whole():
     assert funnel.process("I have diabetes and I like green tea").stage == "sensitive"
 
 
+def test_the_comma_pieces_a_match_leaves_are_read_again():
+    funnel = Funnel(load_rules())
+
+    def said(text):
+        return [c.content for c in funnel.process(text).candidates]
+
+    # a piece before the match, after it, and a statement's lead-in are each their own memory
+    assert said("我最近报了个瑜伽班，每周去两次") == ["报了个瑜伽班", "每周去两次"]
+    assert said("我是做前端的，平时喜欢打羽毛球") == ["是做前端的", "平时喜欢打羽毛球"]
+    assert said("我特别喜欢吃火锅，我老家是重庆的") == ["喜欢吃火锅", "来自重庆"]
+    assert said("I'm a nurse, I live in Leeds and I love hiking.") == ["is a nurse", "lives in Leeds", "likes hiking"]
+    # a piece of detail stays with its statement, and a piece with no statement adds nothing
+    assert said("我喜欢喝美式咖啡，不加糖") == ["喜欢喝美式咖啡,不加糖"]
+    assert said("我养了一只猫，叫咪咪") == ["养一只猫"]
+    assert said("I love hiking, swimming, and reading") == ["likes hiking"]
+    # the gates still read the whole sentence
+    assert funnel.process("我很喜欢爬山，我有糖尿病").stage == "sensitive"
+
+
 def test_the_length_limit_is_a_clauses():
     funnel = Funnel(load_rules())
     story = "Yesterday was a long day at the office and the train home was late again. " * 4
