@@ -178,6 +178,13 @@ ZH_CAPTURED = [
     _p("我是属猴的", FACT, 1, "属猴", "zh-zodiac"),
     _p("我从今年开始戒酒了", PREF, -1, "戒了酒", "zh-quit-since"),
     _p("以后给我推荐电影的时候别推荐恐怖片", STYLE, 1, "回答要求：给我推荐电影的时候别推荐恐怖片", "zh-style-recommend"),
+    _p("我去过日本两次", FACT, 1, "去过日本两次", "zh-visited"),
+    _p("我从来没坐过飞机", FACT, -1, "没坐过飞机", "zh-visited-never"),
+    _p("我上个月刚满四十", FACT, 1, "四十岁", "zh-age-just-turned"),
+    _p("我最好的朋友是个飞行员", FACT, 1, "最好的朋友是个飞行员", "zh-household-best-friend"),
+    _p("我上个月被裁员了", FACT, 1, "被裁员了", "zh-life-laid-off"),
+    _p("我没有驾照", FACT, -1, "没有驾照", "zh-have-licence-not"),
+    _p("我在家办公", FACT, 1, "在家办公", "zh-work-from-home"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -241,6 +248,9 @@ ZH_NOT_CAPTURED = [
     pytest.param("我正在看书呢", id="zh-reading-right-now"),
     pytest.param("他从上海搬到了深圳", id="zh-someone-else-moved"),
     pytest.param("我朋友刚满三十岁", id="zh-friend-age"),
+    pytest.param("我去过好几次了", id="zh-visited-count-only"),
+    pytest.param("我今天去过超市了", id="zh-visited-errand"),
+    pytest.param("我有车票", id="zh-have-ticket"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
@@ -392,6 +402,19 @@ EN_CAPTURED = [
        "en-style-asked-from-now-on"),
     _p("I've been working at the same hospital for ten years", FACT, 1,
        "is working at the same hospital for ten years", "en-working-for-years"),
+    _p("I've been to Japan twice", FACT, 1, "has been to Japan twice", "en-visited-been-to"),
+    _p("I've backpacked through Vietnam", FACT, 1, "has backpacked through Vietnam", "en-visited-backpacked"),
+    _p("I have never been out of Ohio", FACT, -1, "has never been out of Ohio", "en-visited-never"),
+    _p("I turned 40 last month", FACT, 1, "is 40 years old", "en-age-turned"),
+    _p("My best friend is a pilot", FACT, 1, "their best friend is a pilot", "en-household-best-friend"),
+    _p("My roommate is a nurse", FACT, 1, "their roommate is a nurse", "en-household-roommate"),
+    _p("I got laid off last month", FACT, 1, "got laid off last month", "en-job-lost"),
+    _p("I quit my job", FACT, 1, "quit their job", "en-job-quit"),
+    _p("I'm the only child", FACT, 1, "is the only child", "en-state-only-child"),
+    _p("I've really gotten into pottery", PREF, 1, "likes pottery", "en-like-gotten-into"),
+    _p("I'm retiring next year", COMMIT, 1, "is retiring next year", "en-plan-retiring"),
+    _p("I got into medical school", FACT, 1, "got into medical school", "en-admitted"),
+    _p("I go by Liz", FACT, 1, "name is Liz", "en-name-go-by"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
@@ -463,6 +486,13 @@ EN_NOT_CAPTURED = [
     pytest.param("That reminds me of my childhood", id="en-reminds-me"),
     pytest.param("Note that the function returns None", id="en-note-not-about-user"),
     pytest.param("I was diagnosed with diabetes", id="en-sensitive-health"),
+    pytest.param("I haven't been to many places", id="en-visited-vague"),
+    pytest.param("I've been to the dentist", id="en-visited-errand"),
+    pytest.param("I've been to a wedding this weekend", id="en-visited-one-off"),
+    pytest.param("I was fired up about the game", id="en-fired-up"),
+    pytest.param("My friends are so annoying", id="en-friends-mood"),
+    pytest.param("I got into trouble at school", id="en-got-into-trouble"),
+    pytest.param("I go by bus", id="en-go-by-bus"),
 ]
 
 
@@ -914,7 +944,7 @@ SENSITIVE = {
     "health": [
         "I'm a type 1 diabetic", "Remember that I have epilepsy", "I have a heart condition",
         "I'm a recovering alcoholic", "Remember that I am pregnant", "I usually see my therapist on Fridays",
-        "I'm lactose intolerant",
+        "I'm lactose intolerant", "My husband is in hospital",
         "记住我确诊了抑郁症", "我是糖尿病患者", "记住我有哮喘", "记住我怀孕三个月了", "我每周都去看心理医生",
         "我是一名残疾人",
         # addiction recovery
@@ -1163,7 +1193,6 @@ NOT_DRIFT = [
     pytest.param("我不玩这个了", id="zh-this-one"),
     pytest.param("我不打算去了", id="zh-not-planning"),
     pytest.param("我今天不喝咖啡了", id="zh-today"),
-    pytest.param("I quit my job", id="en-quit-job"),
     pytest.param("I stopped by the bakery", id="en-stopped-by"),
     pytest.param("I gave up on him", id="en-gave-up-on"),
     pytest.param("I stopped caring", id="en-stopped-caring"),
@@ -1187,6 +1216,12 @@ def test_not_drift(funnel, message):
 def test_key_prefixes(funnel, message, key):
     result = funnel.process(message)
     assert [c.key for c in result.candidates] == [key], result.trace
+
+
+def test_the_end_of_a_job_fills_the_jobs_slot(funnel):
+    # so the store supersedes "works at a bank" with the newer statement
+    slots = {funnel.process(m).candidates[0].key for m in ("I work at a bank", "I got laid off last month")}
+    assert slots == {"works"}
 
 
 # -- answer style: one fixed key per dimension, so a newer instruction replaces the older ------

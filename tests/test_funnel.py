@@ -216,6 +216,8 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("我是做前端的，平时喜欢打羽毛球") == ["是做前端的", "平时喜欢打羽毛球"]
     assert said("我特别喜欢吃火锅，我老家是重庆的") == ["喜欢吃火锅", "来自重庆"]
     assert said("I'm a nurse, I live in Leeds and I love hiking.") == ["is a nurse", "lives in Leeds", "likes hiking"]
+    assert said("Hi, I'm Tom, a 34-year-old accountant from Leeds.") == ["name is Tom",
+                                                                        "is a 34-year-old accountant from Leeds"]
     # a piece of detail stays with its statement, and a piece with no statement adds nothing
     assert said("我喜欢喝美式咖啡，不加糖") == ["喜欢喝美式咖啡,不加糖"]
     assert said("我养了一只猫，叫咪咪") == ["养一只猫"]
