@@ -136,11 +136,17 @@ def heldout_sample(labels: list[dict] | None = None) -> list[dict]:
 
 
 def load_labels(path: Path = LABELS) -> list[dict]:
-    """The label file: JSON lines; lines starting with ``#`` are the header (the labelling rule)."""
+    """The label file: JSON lines; lines starting with ``#`` are the header (the labelling rule). A
+    file labelled by facts (``facts``: the phrases a message states) gives each row its turn label
+    (any fact) and the file's name as its dataset."""
     rows = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         if line.strip() and not line.startswith("#"):
-            rows.append(json.loads(line))
+            row = json.loads(line)
+            if "facts" in row:
+                row.setdefault("label", bool(row["facts"]))
+                row.setdefault("dataset", Path(path).stem)
+            rows.append(row)
     return rows
 
 
@@ -267,6 +273,31 @@ def capture_eval(labels: list[dict], funnel) -> dict:
             "by_language": {lang: _capture_group(by_lang[lang]) for lang in langs},
             "all": _capture_group(pairs),
             "sensitive": _sensitive_captured(pairs)}
+
+
+def facts_eval(rows: list[dict], funnel) -> dict:
+    """Per language, over rows labelled by facts: the share of the facts some memory of their own
+    message holds (``holds``), beside "store every message"; the same for messages of two facts or
+    more (several statements in one message); and the share of memories that hold none of their
+    message's facts."""
+    report = {}
+    for lang in [lang for lang in LANGS if any(r["lang"] == lang for r in rows)]:
+        facts = held = baseline = several = several_held = memories = stray = 0
+        for row in (r for r in rows if r["lang"] == lang):
+            mine = [memory_tokens(c.key, c.content) for c in funnel.process(row["text"]).candidates]
+            wanted = [fact_tokens(fact) for fact in row["facts"]]
+            kept = sum(any(holds(fact, memory) for memory in mine) for fact in wanted)
+            facts, held = facts + len(wanted), held + kept
+            baseline += sum(holds(fact, fact_tokens(row["text"])) for fact in wanted)
+            if len(wanted) > 1:
+                several, several_held = several + len(wanted), several_held + kept
+            memories += len(mine)
+            stray += sum(not any(holds(fact, memory) for fact in wanted) for memory in mine)
+        report[lang] = {"facts": facts, "held": held, "held_share": held / facts if facts else 0.0,
+                        "baseline_share": baseline / facts if facts else 0.0, "facts_in_several": several,
+                        "several_share": several_held / several if several else 0.0,
+                        "memories": memories, "stray_share": stray / memories if memories else 0.0}
+    return report
 
 
 def persona_crosscheck(labels: list[dict]) -> dict:
@@ -511,10 +542,21 @@ def print_capture(capture: dict) -> None:
     print(f"  sensitive turns captured: {sensitive['captured']} of {sensitive['turns']} (target 0){ids}")
 
 
+def print_facts(facts: dict) -> None:
+    print("facts (each labelled fact held by a memory of its own message; store every message beside it)")
+    for lang, m in facts.items():
+        print(f"  {lang}: {m['held']} of {m['facts']} facts held ({m['held_share']:.3f}; every message "
+              f"{m['baseline_share']:.3f}); in messages of two facts or more {m['several_share']:.3f} of "
+              f"{m['facts_in_several']}; {m['memories']} memories, {m['stray_share']:.3f} holding no fact")
+
+
 def print_report(report: dict) -> None:
     print_capture(report["capture"])
     print("  dulemon persona cross-check: " + ", ".join(f"{k}: {v}" for k, v in report["persona_crosscheck"].items()))
     print()
+    if "facts" in report:
+        print_facts(report["facts"])
+        print()
     if "recall" in report:
         print_recall(report)
         print()
@@ -601,6 +643,8 @@ def main(argv: list[str] | None = None) -> int:
     funnel = Funnel(load_rules())
     labels = load_labels(HELDOUT if args.heldout else args.labels)
     report = {"capture": capture_eval(labels, funnel), "persona_crosscheck": persona_crosscheck(labels)}
+    if any("facts" in row for row in labels):
+        report["facts"] = facts_eval([row for row in labels if "facts" in row], funnel)
     if not args.capture_only:
         report["query_mode"] = args.query
         report["recall"] = {}

@@ -286,6 +286,32 @@ def test_facts_said_in_passing(persona_chat, funnel):
     assert len(ev.passing_eval(persona_chat, funnel, sample=1)["stray_sample"]) == 1
 
 
+def test_facts_held_count_each_statement_of_a_message(funnel):
+    def row(lang, text, *facts):
+        return {"lang": lang, "text": text, "facts": list(facts)}
+
+    rows = [row("en", "I'm a nurse, I live in Leeds and I love hiking.", "nurse", "live in Leeds", "love hiking"),
+            row("en", "I like tea, and my sister is a pilot.", "tea", "sister is a pilot"),
+            row("en", "I love jazz. My dog is called Rex.", "jazz"),  # the dog's name is a memory no label wants
+            row("en", "Cilantro tastes like soap to me.", "cilantro tastes like soap"),  # said, not captured
+            row("en", "What time is it?"),
+            row("zh", "我是做前端的，平时喜欢打羽毛球", "做前端", "喜欢打羽毛球"), row("zh", "我今天好累")]
+    got = ev.facts_eval(rows, funnel)
+    assert list(got) == ["zh", "en"]
+    en = got["en"]
+    assert (en["facts"], en["held"], en["facts_in_several"], en["memories"]) == (7, 6, 5, 7)
+    assert en["held_share"] == pytest.approx(6 / 7) and en["baseline_share"] == 1.0
+    assert en["several_share"] == 1.0 and en["stray_share"] == pytest.approx(1 / 7)
+    assert (got["zh"]["facts"], got["zh"]["held"], got["zh"]["memories"]) == (2, 2, 2)
+
+
+def test_a_file_labelled_by_facts_gives_its_rows_a_turn_label(tmp_path):
+    path = tmp_path / "facts.jsonl"
+    path.write_text("# header\n" + "\n".join(json.dumps({"id": n, "lang": "en", "text": t, "facts": f})
+                                              for n, (t, f) in enumerate([("I like tea", ["tea"]), ("Hi", [])])))
+    assert [(r["label"], r["dataset"]) for r in ev.load_labels(path)] == [(True, "facts"), (False, "facts")]
+
+
 def test_the_second_held_out_set_loads_and_shares_no_text_with_the_others():
     rows = ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout2.jsonl")
     for lang in ("zh", "en"):
@@ -295,6 +321,21 @@ def test_the_second_held_out_set_loads_and_shares_no_text_with_the_others():
         assert len(sensitive) == 8 and not any(r["label"] for r in sensitive)
     others = ev.load_labels() + ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout.jsonl")
     assert not {" ".join(r["text"].split()) for r in rows} & {" ".join(r["text"].split()) for r in others}
+    assert len({r["id"] for r in rows}) == len(rows)
+
+
+def test_the_third_held_out_set_is_labelled_by_facts_and_shares_no_text_with_the_others():
+    rows = ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout3.jsonl")
+    for lang in ("zh", "en"):
+        turns = [r for r in rows if r["lang"] == lang]
+        assert len(turns) == 100 and sum(len(r["facts"]) > 1 for r in turns) >= 30
+        assert len([r for r in turns if r["sensitive"]]) == 8
+        assert all(r["label"] == bool(r["facts"]) and r["dataset"] == "capture_heldout3" for r in turns)
+    others = [*ev.load_labels(), *ev.load_labels(ev.HELDOUT),
+              *ev.load_labels(ev.REPO / "tests" / "data" / "capture_heldout2.jsonl")]
+    # two authors may both write "what time is it in Tokyo right now": only a message with no fact
+    shared = {" ".join(r["text"].split()) for r in others}
+    assert not [r["id"] for r in rows if " ".join(r["text"].split()) in shared and r["facts"]]
     assert len({r["id"] for r in rows}) == len(rows)
 
 
