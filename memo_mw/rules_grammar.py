@@ -10,7 +10,7 @@ import regex
 from .rules_yaml import Reporter, compile_pattern, mapping_of, unknown_keys
 
 PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
-GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before"})
+GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before", "unstated_subject"})
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
                             "ttl_days", "examples", "negated", "object", "not_objects"})
 NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "examples"})
@@ -92,26 +92,39 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     if not isinstance(lead, str) or lead and compile_pattern(lead, "grammar.lead", grammar, report, key="lead") is None:
         return [], None, None
     opening, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
-    if parts["openers"]:
-        opening += rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}"
-    nodes, subjects = [], list(parts["subjects"])
+    openers = rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}" if parts["openers"] else ""
+    opening += openers
+    # A subject left unsaid ("周末喜欢去爬山") is the user's only where a sentence starts, after openers.
+    unsaid = grammar.get("unstated_subject", False)
+    if not isinstance(unsaid, bool):
+        report(grammar, None, "unstated_subject must be true or false", key="unstated_subject")
+    bare = rf"|(?<=^[\s\p{{P}}]*{openers})" if unsaid is True else ""
+    nodes, subjects, bare_verbs = [], list(parts["subjects"]), []
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
             continue
-        nodes.extend(_expand(node, opening, parts, grammar, report, dict(lists)))
-        subjects += node.get("subjects") or [] if isinstance(node.get("subjects"), list) else []
+        nodes.extend(_expand(node, opening, bare, parts, grammar, report, dict(lists)))
+        own = node.get("subjects") if isinstance(node.get("subjects"), list) else []
+        subjects += own
+        if "subjects" not in node or set(own) & set(parts["subjects"]):
+            bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
     subjects = words([s for s in subjects if isinstance(s, str) and s.strip()], "subjects", lists)
-    opener = compile_pattern(opening + subjects, "grammar.subjects", grammar, report, key="subjects", lists=lists)
+    if bare and bare_verbs:  # the sentence must then open with adverbs and one of those verbs
+        mods = words(parts["adverbs"] + parts["negations"], "mods", lists)
+        bare += rf"(?=(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}{words(bare_verbs, 'bare_verbs', lists)})"
+    opener = compile_pattern(rf"{opening}(?:{subjects}{bare})", "grammar.subjects", grammar, report, key="subjects",
+                             lists=lists)
     negations = sorted({n.casefold() for n in parts["negations"]}, key=len, reverse=True)
     latin = [rf"(?<![\w-]){regex.escape(n)}(?![\w-])" if n.isascii() else regex.escape(n) for n in negations]
     negation = regex.compile("|".join(latin)) if latin else None
     return nodes, opener, negation
 
 
-def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,
+def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,
             lists: dict[str, set[str]]) -> list[dict]:
-    """One statement's triggers: its ``negated`` form (when it has one), then the plain form."""
+    """One statement's triggers: its ``negated`` form (when it has one), then the plain form. ``bare``
+    is the alternative of an unstated subject, for a statement whose subjects include the grammar's."""
     rule_id = node["id"]
     unknown_keys(node, STATEMENT_KEYS, rule_id, report)
     verbs = _word_list(node, "verbs", rule_id, report)
@@ -120,7 +133,8 @@ def _expand(node: dict, opening: str, parts: dict[str, list[str]], grammar: dict
         return report(node, rule_id, "a statement needs verbs and subjects", key="verbs") or []
     modifiers = parts["adverbs"] + parts["negations"]
     mods = rf"(?:{words(modifiers, 'mods', lists)}[\s,]*)" if modifiers else "(?!)"  # "really, really"
-    start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)})\s*"
+    bare = bare if set(subjects) & set(parts["subjects"]) else ""
+    start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)}{bare})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
     stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""

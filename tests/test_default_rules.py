@@ -168,7 +168,7 @@ ZH_CAPTURED = [
     _p("我这个月开始学滑板了", FACT, 1, "开始学滑板", "zh-this-month"),
     _p("我们家有三个孩子", FACT, 1, "家里有三个孩子", "zh-household-children"),
     _p("我们一家四口住在青岛", FACT, 1, "住在青岛", "zh-family-lives"),
-    _p("我几乎每天早上都去游泳", FACT, 1, "每天早上去游泳", "zh-habit-almost"),
+    _p("我几乎每天早上都去游泳", FACT, 1, "几乎每天早上去游泳", "zh-habit-almost"),
     _p("我平时在家做饭", FACT, 1, "平时在家做饭", "zh-habit-keeps-zai"),
     _p("我研究生是在南京读的", FACT, 1, "研究生在南京读的", "zh-school"),
     _p("我毕业后一直在广州工作", FACT, 1, "在广州工作", "zh-work-since-graduating"),
@@ -185,6 +185,20 @@ ZH_CAPTURED = [
     _p("我上个月被裁员了", FACT, 1, "被裁员了", "zh-life-laid-off"),
     _p("我没有驾照", FACT, -1, "没有驾照", "zh-have-licence-not"),
     _p("我在家办公", FACT, 1, "在家办公", "zh-work-from-home"),
+    _p("我下个月去日本出差", COMMIT, 1, "下个月去日本出差", "zh-plan-dated"),
+    _p("我做销售五年了", FACT, 1, "做销售五年", "zh-duration"),
+    _p("我英语不太好", FACT, 1, "英语不太好", "zh-language-level"),
+    _p("我是天蝎座", FACT, 1, "天蝎座", "zh-star-sign"),
+    _p("本人程序员一枚，坐标深圳", FACT, 1, "是程序员", "zh-intro-slang"),
+    _p("坐标杭州", FACT, 1, "住在杭州", "zh-coord"),
+    _p("我晚上一般十二点以后才睡", FACT, 1, "晚上一般十二点以后才睡", "zh-habit-time-first"),
+    _p("家里有只橘猫", FACT, 1, "家里有只橘猫", "zh-pet-home-no-count"),
+    _p("我毕业于武汉大学", FACT, 1, "毕业于武汉大学", "zh-graduated-from"),
+    _p("我老家东北的", FACT, 1, "来自东北", "zh-from-bare"),
+    _p("我贼喜欢打游戏", PREF, 1, "喜欢打游戏", "zh-slang-intensifier"),
+    _p("特别喜欢吃火锅", PREF, 1, "喜欢吃火锅", "zh-unstated-subject"),
+    _p("其实不太能吃辣", PREF, -1, "不太能吃辣", "zh-unstated-subject-negated"),
+    _p("平时下班就喜欢撸猫", FACT, 1, "平时下班就喜欢撸猫", "zh-habit-after-work"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -251,6 +265,10 @@ ZH_NOT_CAPTURED = [
     pytest.param("我去过好几次了", id="zh-visited-count-only"),
     pytest.param("我今天去过超市了", id="zh-visited-errand"),
     pytest.param("我有车票", id="zh-have-ticket"),
+    pytest.param("不用羡慕我", id="zh-no-need"),
+    pytest.param("老公很喜欢吃辣", id="zh-someone-else-first"),
+    pytest.param("坐标是多少", id="zh-coord-question"),
+    pytest.param("我下个月去哪儿玩好呢", id="zh-plan-dated-question"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------

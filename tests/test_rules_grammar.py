@@ -121,6 +121,46 @@ def test_mistakes_are_reported_with_their_line(rules_path, change, problem):
     assert any(problem in p and p.startswith(f"{rules_path}:") for p in problems), problems
 
 
+UNSAID = """\
+    language: zh
+    grammar:
+      unstated_subject: true
+      openers: [其实]
+      subjects: [我]
+      adverbs: [很, 特别]
+      negations: [不]
+      object: '[^，。！？]{1,20}'
+      statements:
+        - id: z.like
+          verbs: [喜欢]
+          type: preference
+          summary: '喜欢{what}'
+          negated: {summary: '不喜欢{what}'}
+        - id: z.kin
+          subjects: [老公]
+          verbs: [是]
+          type: fact
+          summary: '老公是{what}'
+"""
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("特别喜欢吃火锅", [("z.like", 1, "喜欢吃火锅")]),
+    ("其实不喜欢香菜", [("z.like.not", -1, "不喜欢香菜")]),
+    ("我很喜欢猫", [("z.like", 1, "喜欢猫")]),
+    ("老公很喜欢吃辣", []),  # someone else is named before the verb: not the user's
+    ("他特别喜欢猫", []),
+    ("是老师", []),  # a statement of another subject never reads an unsaid one
+])
+def test_an_unstated_subject_is_the_users_where_a_sentence_starts(tmp_path, text, expected):
+    path = tmp_path / "z.yaml"
+    path.write_text(textwrap.dedent(UNSAID), encoding="utf-8")
+    assert said(Funnel(load_rules(str(path))), text) == expected
+    path.write_text(textwrap.dedent(UNSAID).replace("unstated_subject: true", "unstated_subject: maybe"),
+                    encoding="utf-8")
+    assert any("unstated_subject must be true or false" in p for p in check_rules(str(path)))
+
+
 def test_words_is_a_named_list_with_latin_words_ending_on_a_word_boundary():
     lists = {}
     assert words(["Like", "like  to", "喜欢"], "verbs", lists) == r"(?:\L<verbs_w>(?![\w-])|\L<verbs_o>)"
