@@ -36,7 +36,7 @@ _STATEMENTS = regex.compile(
     r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
     # a last question, unless it is a tag on the statement itself ("I love jazz, don't I?")
     r"|[,，]\s*+(?!(?:do|am|are|did|have|can|will|would|was)(?:n't|n’t| not)?\s+I\s*[?？])"
-    r"(?=[^,，.。!！?？;；\n]{1,60}[?？]\s*$)",
+    r"(?=[^,，.。!！?？;；\n]{1,60}(?:[?？]|[吗呢嘛])\s*$)",
     regex.IGNORECASE | regex.V1,
 )
 # A compound subject stays whole: "My wife and I live in Oslo".
@@ -263,7 +263,8 @@ class Funnel:
         hit = self._trigger(clause, statement, whole)
         if hit is None:
             return []
-        before, after = (self._hits(rest, statement, whole) if rest else [] for rest in hit.rest)
+        before, after = (self._hits(rest, statement, whole) if rest and not (side and hit.trigger.of_others) else []
+                         for side, rest in enumerate(hit.rest))  # after someone else's statement: theirs
         return [*before, hit, *after]
 
     def _trigger(self, sentence: str, statement: str = "", whole: str = "") -> _Hit | None:
@@ -287,8 +288,7 @@ class Funnel:
                     groups = {name: None if match.start(name) < 0 else said[match.start(name):match.end(name)]
                               for name in match.re.groupindex} if trigger.statement else match.groupdict()
                     groups.setdefault("neg", negation_in(trigger, match) if trigger.statement else None)
-                    # A statement's lead-in ("我是做前端的，" before 我平时…) is left for the other rules.
-                    start = match.start("who") if trigger.statement else match.start()
+                    start = match.start("who") if trigger.statement else match.start()  # a lead-in is left
                     rest = _untouched(said if trigger.statement else sentence, start, match.end())
                     return _Hit(sentence, trigger, groups, rule_file, statement or sentence, whole or sentence, rest)
         return None
@@ -298,10 +298,7 @@ class Funnel:
         if said is None:
             return None
         content, key = said
-        return Candidate(
-            type=trigger.type, key=key, polarity=trigger.polarity, content=content,
-            excerpt=hit.sentence, rule_id=trigger.id, confidence=trigger.confidence,
-            topics=sorted(self.topics.tag(f"{content} {hit.sentence}")),
-            ttl_days=trigger.ttl_days, language=hit.rule_file.language,
-        )
+        return Candidate(type=trigger.type, key=key, polarity=trigger.polarity, content=content, excerpt=hit.sentence,
+                         rule_id=trigger.id, confidence=trigger.confidence, ttl_days=trigger.ttl_days,
+                         language=hit.rule_file.language, topics=sorted(self.topics.tag(f"{content} {hit.sentence}")))
 

@@ -50,6 +50,7 @@ class Trigger:
     negated: bool = False  # a statement's negated form: it matches only with a negation, the plain one only without
     negation: regex.Pattern | None = None  # a statement's: how a negation is found among its adverbs
     explicit: bool = False  # an explicit request to remember: when it is not kept, the app is told why
+    of_others: bool = False  # a statement about someone else ("我女儿在学钢琴"): the comma pieces after it are theirs
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,7 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
                 # What the key names must be there ({what}, usually); the adverbs and the negation may be empty.
                 key_fields = tuple(f for _, f, _, _ in string.Formatter().parse(rule.key) if f)
                 rule = replace(rule, statement=True, negated=bool(node.get("__negated__")), negation=negation,
-                               summary_fields=key_fields)
+                               summary_fields=key_fields, of_others=bool(node.get("__others__")))
             if rule:
                 getattr(rule_file, "triggers" if section == "grammar" else section).append(rule)
     _place_statements(rule_file, data, report)

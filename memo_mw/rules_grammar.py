@@ -10,7 +10,8 @@ import regex
 from .rules_yaml import Reporter, compile_pattern, mapping_of, unknown_keys
 
 PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
-GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before", "unstated_subject"})
+GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before",
+                          "unstated_subject"})
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
                             "ttl_days", "examples", "negated", "object", "not_objects"})
 NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "examples"})
@@ -94,25 +95,25 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     opening, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
     openers = rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}" if parts["openers"] else ""
     opening += openers
-    # A subject left unsaid ("周末喜欢去爬山") is the user's only where a sentence starts, after openers.
+    # An unsaid subject ("周末喜欢去爬山", "love a good thriller") is the user's where a sentence starts, after openers.
     unsaid = grammar.get("unstated_subject", False)
-    if not isinstance(unsaid, bool):
-        report(grammar, None, "unstated_subject must be true or false", key="unstated_subject")
-    bare = rf"|(?<=^[\s\p{{P}}]*{openers})" if unsaid is True else ""
+    if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
+        report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
+        unsaid = False
     nodes, subjects, bare_verbs = [], list(parts["subjects"]), []
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
             continue
-        nodes.extend(_expand(node, opening, bare, parts, grammar, report, dict(lists)))
-        own = node.get("subjects") if isinstance(node.get("subjects"), list) else []
-        subjects += own
-        if "subjects" not in node or set(own) & set(parts["subjects"]):
+        bare = rf"|(?<=^[\s\p{{P}}]*{openers})" if unsaid is True or unsaid and node["id"] in unsaid else ""
+        nodes.extend(expanded := _expand(node, opening, bare, parts, grammar, report, dict(lists)))
+        subjects += node.get("subjects") or [] if isinstance(node.get("subjects"), list) else []
+        if bare and expanded and not expanded[-1]["__others__"]:
             bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
     subjects = words([s for s in subjects if isinstance(s, str) and s.strip()], "subjects", lists)
-    if bare and bare_verbs:  # the sentence must then open with adverbs and one of those verbs
-        mods = words(parts["adverbs"] + parts["negations"], "mods", lists)
-        bare += rf"(?=(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}{words(bare_verbs, 'bare_verbs', lists)})"
+    mods = words(parts["adverbs"] + parts["negations"], "mods", lists)  # then adverbs and one of those verbs:
+    bare = (rf"|(?<=^[\s\p{{P}}]*{openers})(?=(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
+            rf"{words(bare_verbs, 'bare_verbs', lists)})") if bare_verbs else ""
     opener = compile_pattern(rf"{opening}(?:{subjects}{bare})", "grammar.subjects", grammar, report, key="subjects",
                              lists=lists)
     negations = sorted({n.casefold() for n in parts["negations"]}, key=len, reverse=True)
@@ -133,8 +134,8 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
         return report(node, rule_id, "a statement needs verbs and subjects", key="verbs") or []
     modifiers = parts["adverbs"] + parts["negations"]
     mods = rf"(?:{words(modifiers, 'mods', lists)}[\s,]*)" if modifiers else "(?!)"  # "really, really"
-    bare = bare if set(subjects) & set(parts["subjects"]) else ""
-    start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)}{bare})\s*"
+    mine = any(s.startswith(f"{g} ") or s == g for s in subjects for g in parts["subjects"])  # "i am", not "my father"
+    start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)}{bare if mine else ''})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
     stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""
@@ -143,7 +144,8 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
     # One pattern for both forms, one run of adverbs and negations: the funnel finds the negation in
     # {how} and tells the forms apart by it (a word list costs memory in every pattern that uses it).
     plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
-    plain |= {"__lists__": lists, "pattern": rf"{start}(?P<how>{mods}{{0,{MAX_ADVERBS + 1}}}){tail}"}
+    plain |= {"__lists__": lists, "__others__": not mine,
+              "pattern": rf"{start}(?P<how>{mods}{{0,{MAX_ADVERBS + 1}}}){tail}"}
     negated = node.get("negated")
     if negated is None:
         return [plain]

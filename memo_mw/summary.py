@@ -19,8 +19,8 @@ _AS_SAID = frozenset(("can will must should may might "  # left as said: modal v
 def summarize(trigger: Trigger, rule_file: RuleFile, groups: dict[str, str | None]) -> tuple[str, str] | None:
     """The summary and memory key of a match with these ``groups``; None when nothing usable was
     captured (a group the summary needs is empty, the phrase is too long, nothing is left)."""
-    values = {name: tidy(value or "", rule_file, particles=(name == "what"), pronouns=trigger.pronouns)
-              for name, value in groups.items()}
+    values = {name: tidy((value or "").lower() if name == "verb" else value or "", rule_file,  # "Grew up in"
+                         particles=(name == "what"), pronouns=trigger.pronouns) for name, value in groups.items()}
     if any(not values.get(name) for name in trigger.summary_fields):
         return None
     if len(values.get("what", "")) > rule_file.max_capture:

@@ -199,6 +199,16 @@ ZH_CAPTURED = [
     _p("特别喜欢吃火锅", PREF, 1, "喜欢吃火锅", "zh-unstated-subject"),
     _p("其实不太能吃辣", PREF, -1, "不太能吃辣", "zh-unstated-subject-negated"),
     _p("平时下班就喜欢撸猫", FACT, 1, "平时下班就喜欢撸猫", "zh-habit-after-work"),
+    _p("香菜是真的不吃", PREF, -1, "不吃：香菜", "zh-food-topic-first"),
+    _p("每天早上六点起来跑步", FACT, 1, "每天早上六点起来跑步", "zh-habit-bare"),
+    _p("咖啡一天三杯起步", FACT, 1, "咖啡一天三杯起步", "zh-amount"),
+    _p("人在成都", FACT, 1, "住在成都", "zh-coord-ren-zai"),
+    _p("做平面设计的", FACT, 1, "是做平面设计的", "zh-job-bare"),
+    _p("老公做外贸的", FACT, 1, "老公做外贸", "zh-household-zuo"),
+    _p("五一打算去大理", COMMIT, 1, "五一去大理", "zh-plan-holiday"),
+    _p("明年三月打算跟女朋友去领证", COMMIT, 1, "明年三月去领证", "zh-plan-month"),
+    _p("刚裸辞", FACT, 1, "裸辞", "zh-life-quit"),
+    _p("在德国留学", FACT, 1, "在德国留学", "zh-work-abroad"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------
@@ -269,6 +279,10 @@ ZH_NOT_CAPTURED = [
     pytest.param("老公很喜欢吃辣", id="zh-someone-else-first"),
     pytest.param("坐标是多少", id="zh-coord-question"),
     pytest.param("我下个月去哪儿玩好呢", id="zh-plan-dated-question"),
+    pytest.param("药一天三次", id="zh-amount-medicine"),
+    pytest.param("每天都很忙", id="zh-habit-bare-mood"),
+    pytest.param("我老公做的红烧肉特别好吃", id="zh-household-zuo-de"),
+    pytest.param("我做饭的时候喜欢听歌", id="zh-job-zuo-fan"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
@@ -433,6 +447,13 @@ EN_CAPTURED = [
     _p("I'm retiring next year", COMMIT, 1, "is retiring next year", "en-plan-retiring"),
     _p("I got into medical school", FACT, 1, "got into medical school", "en-admitted"),
     _p("I go by Liz", FACT, 1, "name is Liz", "en-name-go-by"),
+    _p("Love a good thriller", PREF, 1, "likes a good thriller", "en-unstated-like"),
+    _p("grew up in a tiny town in Ohio", FACT, 1, "grew up in a tiny town in Ohio", "en-unstated-grew-up"),
+    _p("just got engaged last weekend", FACT, 1, "got engaged last weekend", "en-unstated-life"),
+    _p("been doing pottery classes on Tuesdays", FACT, 1, "has been doing pottery classes on Tuesdays", "en-been-bare"),
+    _p("im left handed", FACT, 1, "is left handed", "en-left-handed"),
+    _p("i manage a small team at a logistics company", FACT, 1, "manages a small team at a logistics company",
+       "en-work-manage"),
 ]
 
 # -- English: not captured --------------------------------------------------------------------
@@ -511,6 +532,11 @@ EN_NOT_CAPTURED = [
     pytest.param("My friends are so annoying", id="en-friends-mood"),
     pytest.param("I got into trouble at school", id="en-got-into-trouble"),
     pytest.param("I go by bus", id="en-go-by-bus"),
+    pytest.param("Prefer the first option", id="en-unstated-pointer"),
+    pytest.param("Live in the moment", id="en-unstated-idiom"),
+    pytest.param("Running in the park, I felt the power of nature", id="en-unstated-gerund"),
+    pytest.param("Eat more vegetables", id="en-unstated-imperative"),
+    pytest.param("Have a great day!", id="en-unstated-wish"),
 ]
 
 

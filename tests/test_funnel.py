@@ -214,6 +214,7 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     # a piece before the match, after it, and a statement's lead-in are each their own memory
     assert said("我最近报了个瑜伽班，每周去两次") == ["报了个瑜伽班", "每周去两次"]
     assert said("我是做前端的，平时喜欢打羽毛球") == ["是做前端的", "平时喜欢打羽毛球"]
+    assert said("我女儿在学钢琴，每周六上课") == ["女儿在学钢琴"]  # the pieces after someone else's statement
     assert said("我特别喜欢吃火锅，我老家是重庆的") == ["喜欢吃火锅", "来自重庆"]
     assert said("I'm a nurse, I live in Leeds and I love hiking.") == ["is a nurse", "lives in Leeds", "likes hiking"]
     assert said("Hi, I'm Tom, a 34-year-old accountant from Leeds.") == ["name is Tom",
@@ -222,6 +223,8 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("我喜欢喝美式咖啡，不加糖") == ["喜欢喝美式咖啡,不加糖"]
     assert said("我养了一只猫，叫咪咪") == ["养一只猫"]
     assert said("I love hiking, swimming, and reading") == ["likes hiking"]
+    # a last question ending in 吗 is its own statement, so the question gate leaves the rest
+    assert said("十月份要去日本自由行，签证现在好办吗") == ["十月份去日本自由行"]
     # the gates still read the whole sentence
     assert funnel.process("我很喜欢爬山，我有糖尿病").stage == "sensitive"
 

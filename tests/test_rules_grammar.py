@@ -158,7 +158,15 @@ def test_an_unstated_subject_is_the_users_where_a_sentence_starts(tmp_path, text
     assert said(Funnel(load_rules(str(path))), text) == expected
     path.write_text(textwrap.dedent(UNSAID).replace("unstated_subject: true", "unstated_subject: maybe"),
                     encoding="utf-8")
-    assert any("unstated_subject must be true or false" in p for p in check_rules(str(path)))
+    assert any("unstated_subject must be true, false or a list of statement ids" in p for p in check_rules(str(path)))
+
+
+def test_an_unstated_subject_may_be_for_the_statements_listed(rules_path):
+    text = rules_path.read_text(encoding="utf-8").replace("before: t.remind", "before: t.remind\n  unstated_subject: [g.like]")
+    rules_path.write_text(text, encoding="utf-8")
+    funnel = Funnel(load_rules(str(rules_path)))
+    assert said(funnel, "Really love old films") == [("g.like", 1, "likes old films")]
+    assert said(funnel, "Eat fish") == []  # g.eat is not listed: "eat fish" is a request as often
 
 
 def test_words_is_a_named_list_with_latin_words_ending_on_a_word_boundary():
