@@ -99,22 +99,21 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     unsaid = grammar.get("unstated_subject", False)
     if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
         report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
-        unsaid = False
     nodes, subjects, bare_verbs = [], list(parts["subjects"]), []
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
             continue
-        bare = rf"|(?<=^[\s\p{{P}}]*{openers})" if unsaid is True or unsaid and node["id"] in unsaid else ""
+        bare = rf"^[\s\p{{P}}]*{openers}" if unsaid is True or isinstance(unsaid, list) and node["id"] in unsaid else ""
         nodes.extend(expanded := _expand(node, opening, bare, parts, grammar, report, dict(lists)))
         subjects += node.get("subjects") or [] if isinstance(node.get("subjects"), list) else []
         if bare and expanded and not expanded[-1]["__others__"]:
             bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
     subjects = words([s for s in subjects if isinstance(s, str) and s.strip()], "subjects", lists)
     mods = words(parts["adverbs"] + parts["negations"], "mods", lists)  # then adverbs and one of those verbs:
-    bare = (rf"|(?<=^[\s\p{{P}}]*{openers})(?=(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
-            rf"{words(bare_verbs, 'bare_verbs', lists)})") if bare_verbs else ""
-    opener = compile_pattern(rf"{opening}(?:{subjects}{bare})", "grammar.subjects", grammar, report, key="subjects",
+    bare = (rf"|^[\s\p{{P}}]*{openers}(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
+            rf"{words(bare_verbs, 'bare_verbs', lists)}") if bare_verbs else ""
+    opener = compile_pattern(rf"{opening}(?:{subjects}){bare}", "grammar.subjects", grammar, report, key="subjects",
                              lists=lists)
     negations = sorted({n.casefold() for n in parts["negations"]}, key=len, reverse=True)
     latin = [rf"(?<![\w-]){regex.escape(n)}(?![\w-])" if n.isascii() else regex.escape(n) for n in negations]
@@ -124,8 +123,8 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
 
 def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,
             lists: dict[str, set[str]]) -> list[dict]:
-    """One statement's triggers: its ``negated`` form (when it has one), then the plain form. ``bare``
-    is the alternative of an unstated subject, for a statement whose subjects include the grammar's."""
+    """One statement's triggers: its ``negated`` form (when it has one), then the plain form. ``bare`` is
+    a sentence's start with its subject unsaid, another opening for a statement of the user's subjects."""
     rule_id = node["id"]
     unknown_keys(node, STATEMENT_KEYS, rule_id, report)
     verbs = _word_list(node, "verbs", rule_id, report)
@@ -135,7 +134,8 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
     modifiers = parts["adverbs"] + parts["negations"]
     mods = rf"(?:{words(modifiers, 'mods', lists)}[\s,]*)" if modifiers else "(?!)"  # "really, really"
     mine = any(s.startswith(f"{g} ") or s == g for s in subjects for g in parts["subjects"])  # "i am", not "my father"
-    start = rf"{opening}(?P<who>{words(subjects, 'subjects', lists)}{bare if mine else ''})\s*"
+    unsaid = f"|{bare}(?P<who>)" if bare and mine else ""
+    start = rf"(?:{opening}(?P<who>{words(subjects, 'subjects', lists)}){unsaid})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
     stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""
