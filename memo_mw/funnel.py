@@ -44,6 +44,8 @@ _CLAUSES = regex.compile(r"\s+(?=(?:and|but|so|because|while|though)\s+(?:\w+\s+
                          r"(?<!^\W*(?:my|our)(?:\s+[\w'-]+){1,2}\s+)", regex.I | regex.V1)
 _BLANKS = regex.compile(r"[^\S\n]+")
 _PIECE = regex.compile(r"[^,，]+")
+#: A clause of more comma pieces than this is read once, as a whole: a comma-rich paste costs one pass.
+MAX_PIECES = 12
 # Rule files of these languages are skipped for sentences without their script.
 _SCRIPT_OF = {"zh": regex.compile(r"\p{Han}"), "en": regex.compile(r"\p{Latin}")}
 
@@ -99,15 +101,15 @@ class _Hit:
     rule_file: RuleFile
     statement: str = ""  # the statement the clause is part of: what the negative gates read
     whole: str = ""  # the sentence: what the sensitive gates read
-    rest: tuple[str, str] = ("", "")  # the clause's comma pieces before and after the match
+    touched: tuple[int, int] = (0, 1)  # the first and past-the-last comma piece of the sentence the match read
 
 
-def _untouched(text: str, start: int, end: int) -> tuple[str, str]:
-    """The comma pieces of ``text`` wholly before ``start`` and wholly after ``end``: what a match
-    leaves for the other rules ("我是做前端的，平时喜欢打羽毛球" holds two statements)."""
-    pieces = list(_PIECE.finditer(text))
-    sides = [p for p in pieces if p.end() <= start], [p for p in pieces if p.start() >= end]
-    return tuple(text[side[0].start():side[-1].end()].strip() if side else "" for side in sides)
+def _touched(text: str, match: regex.Match) -> tuple[int, int]:
+    """The comma pieces of ``text`` the match reads, from its first named group: a lead-in before it (a
+    statement's "我是做前端的，", a pattern's own "^(?:[^,]{1,30},)?") is left for the other rules."""
+    start = min((match.start(g) for g in match.re.groupindex if match.start(g) >= 0), default=match.start())
+    hit = [i for i, piece in enumerate(_PIECE.finditer(text)) if piece.start() < match.end() and piece.end() > start]
+    return (hit[0], hit[-1] + 1) if hit else (0, 1)
 
 
 def clauses(text: str) -> list[tuple[str, str, str]]:
@@ -259,13 +261,25 @@ class Funnel:
         return "captured", list(candidates.values())
 
     def _hits(self, clause: str, statement: str, whole: str) -> list[_Hit]:
-        """The trigger the clause meets, then those the pieces it left meet, in the clause's order."""
-        hit = self._trigger(clause, statement, whole)
-        if hit is None:
-            return []
-        before, after = (self._hits(rest, statement, whole) if rest and not (side and hit.trigger.of_others) else []
-                         for side, rest in enumerate(hit.rest))  # after someone else's statement: theirs
-        return [*before, hit, *after]
+        """The triggers the clause meets, in its order: after a match, the comma pieces it left before
+        and after it are read again, and a run of them that meets none is read again without its first
+        piece. The pieces after a statement about someone else are theirs ("我女儿在学钢琴，每周六上课")."""
+        spans = [piece.span() for piece in _PIECE.finditer(clause)]
+        if len(spans) > MAX_PIECES:  # a paste: read once, as a whole
+            return [hit] if (hit := self._trigger(clause, statement, whole)) else []
+        found, todo = [], [(0, len(spans), False)]  # runs of pieces to read: first, past-the-last, again?
+        while todo:
+            lo, hi, again = todo.pop()
+            hit = self._trigger(clause[spans[lo][0]:spans[hi - 1][1]].strip(), statement, whole) if lo < hi else None
+            if hit is None:
+                if again and hi - lo > 1:  # these pieces met no trigger: read them without the first
+                    todo.append((lo + 1, hi, True))
+                continue
+            first, last = lo + hit.touched[0], lo + hit.touched[1]
+            hit.sentence = clause[spans[first][0]:spans[last - 1][1]].strip()  # the pieces it read, as typed
+            found.append((first, hit))
+            todo += [(lo, first, True)] if hit.trigger.of_others else [(lo, first, True), (last, hi, True)]
+        return [hit for _, hit in sorted(found, key=lambda pair: pair[0])]
 
     def _trigger(self, sentence: str, statement: str = "", whole: str = "") -> _Hit | None:
         """The first trigger, in file order, that matches the sentence. The grammar's triggers read
@@ -288,9 +302,8 @@ class Funnel:
                     groups = {name: None if match.start(name) < 0 else said[match.start(name):match.end(name)]
                               for name in match.re.groupindex} if trigger.statement else match.groupdict()
                     groups.setdefault("neg", negation_in(trigger, match) if trigger.statement else None)
-                    start = match.start("who") if trigger.statement else match.start()  # a lead-in is left
-                    rest = _untouched(said if trigger.statement else sentence, start, match.end())
-                    return _Hit(sentence, trigger, groups, rule_file, statement or sentence, whole or sentence, rest)
+                    return _Hit(sentence, trigger, groups, rule_file, statement or sentence, whole or sentence,
+                                _touched(said if trigger.statement else sentence, match))
         return None
 
     def _compress(self, hit: _Hit) -> Candidate | None:

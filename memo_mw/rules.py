@@ -50,7 +50,7 @@ class Trigger:
     negated: bool = False  # a statement's negated form: it matches only with a negation, the plain one only without
     negation: regex.Pattern | None = None  # a statement's: how a negation is found among its adverbs
     explicit: bool = False  # an explicit request to remember: when it is not kept, the app is told why
-    of_others: bool = False  # a statement about someone else ("我女儿在学钢琴"): the comma pieces after it are theirs
+    of_others: bool = False  # a statement with `others: true` ("我女儿在学钢琴"): the comma pieces after it are theirs
 
 
 @dataclass(frozen=True)

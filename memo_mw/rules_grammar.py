@@ -13,7 +13,7 @@ PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
 GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before",
                           "unstated_subject"})
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
-                            "ttl_days", "examples", "negated", "object", "not_objects"})
+                            "ttl_days", "examples", "negated", "object", "not_objects", "others"})
 NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "examples"})
 #: Adverbs in a row before the verb, at most, besides a negation (a bound keeps every pattern linear).
 MAX_ADVERBS = 4
@@ -104,11 +104,17 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
             continue
-        bare = rf"^[\s\p{{P}}]*{openers}" if unsaid is True or isinstance(unsaid, list) and node["id"] in unsaid else ""
-        nodes.extend(expanded := _expand(node, opening, bare, parts, grammar, report, dict(lists)))
-        subjects += node.get("subjects") or [] if isinstance(node.get("subjects"), list) else []
-        if bare and expanded and not expanded[-1]["__others__"]:
+        own = node.get("subjects") if isinstance(node.get("subjects"), list) else parts["subjects"]
+        users = any(s == g or s.startswith(f"{g} ") for s in own for g in parts["subjects"])  # "i am", not "my father"
+        listed = unsaid is True or isinstance(unsaid, list) and node["id"] in unsaid
+        bare = rf"^[\s\p{{P}}]*{openers}" if users and listed else ""
+        nodes.extend(_expand(node, opening, bare, parts, grammar, report, dict(lists)))
+        subjects += own
+        if bare:
             bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
+    if isinstance(unsaid, list) and (unknown := set(unsaid) - {n["id"] for n in nodes}):
+        report(grammar, None, f"unstated_subject names no statement: {', '.join(sorted(unknown))}",
+               key="unstated_subject")
     subjects = words([s for s in subjects if isinstance(s, str) and s.strip()], "subjects", lists)
     mods = words(parts["adverbs"] + parts["negations"], "mods", lists)  # then adverbs and one of those verbs:
     bare = (rf"|^[\s\p{{P}}]*{openers}(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
@@ -123,8 +129,8 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
 
 def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,
             lists: dict[str, set[str]]) -> list[dict]:
-    """One statement's triggers: its ``negated`` form (when it has one), then the plain form. ``bare`` is
-    a sentence's start with its subject unsaid, another opening for a statement of the user's subjects."""
+    """One statement's triggers: its ``negated`` form (when it has one), then the plain form. ``bare``,
+    when given, is another opening: a sentence's start, with the subject unsaid."""
     rule_id = node["id"]
     unknown_keys(node, STATEMENT_KEYS, rule_id, report)
     verbs = _word_list(node, "verbs", rule_id, report)
@@ -133,8 +139,7 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
         return report(node, rule_id, "a statement needs verbs and subjects", key="verbs") or []
     modifiers = parts["adverbs"] + parts["negations"]
     mods = rf"(?:{words(modifiers, 'mods', lists)}[\s,]*)" if modifiers else "(?!)"  # "really, really"
-    mine = any(s.startswith(f"{g} ") or s == g for s in subjects for g in parts["subjects"])  # "i am", not "my father"
-    unsaid = f"|{bare}(?P<who>)" if bare and mine else ""
+    unsaid = f"|{bare}(?P<who>)" if bare else ""  # two groups named who: the subject said, or none
     start = rf"(?:{opening}(?P<who>{words(subjects, 'subjects', lists)}){unsaid})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
@@ -143,8 +148,9 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
     tail = rf"(?P<verb>{words(verbs, 'verbs', lists)})\s*+{stop}(?P<what>{what})"
     # One pattern for both forms, one run of adverbs and negations: the funnel finds the negation in
     # {how} and tells the forms apart by it (a word list costs memory in every pattern that uses it).
-    plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
-    plain |= {"__lists__": lists, "__others__": not mine,
+    plain = {k: v for k, v in node.items()
+             if k not in ("verbs", "subjects", "negated", "object", "not_objects", "others")}
+    plain |= {"__lists__": lists, "__others__": node.get("others") is True,
               "pattern": rf"{start}(?P<how>{mods}{{0,{MAX_ADVERBS + 1}}}){tail}"}
     negated = node.get("negated")
     if negated is None:

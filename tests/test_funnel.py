@@ -225,6 +225,15 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("I love hiking, swimming, and reading") == ["likes hiking"]
     # a last question ending in 吗 is its own statement, so the question gate leaves the rest
     assert said("十月份要去日本自由行，签证现在好办吗") == ["十月份去日本自由行"]
+    # each memory's excerpt is its own pieces, as typed; a lead-in of a plain pattern is left too
+    assert [c.excerpt for c in funnel.process("I'm Tom, I'm from Leeds").candidates] == ["I'm Tom", "I'm from Leeds"]
+    assert said("I live in Leeds, my main hobby is knitting") == ["lives in Leeds", "main hobby is knitting"]
+    # a run of pieces with no statement is read again without its first piece
+    assert said("I'm a nurse, it rained a lot, the bus was late, I live in Leeds") == ["is a nurse", "lives in Leeds"]
+    # the household statement marks the pieces after it as theirs; other subjects' do not
+    assert said("周末一般带儿子去游泳，我住在杭州") == ["周末一般带儿子去游泳", "住在杭州"]
+    # a comma-rich paste is read once, as a whole, and its length limit is the whole's
+    assert funnel.process("I like tea, " * 1200).stage == "too_long"
     # the gates still read the whole sentence
     assert funnel.process("我很喜欢爬山，我有糖尿病").stage == "sensitive"
 

@@ -29,8 +29,9 @@ def test_pure_python():
 #: The PostgreSQL store (issue 34) is a second engine behind the same interface, with a budget of
 #: its own: postgres.py (~235), migrate.py (~65), the engine methods SQLite now answers as well
 #: (~70), and the breaker and fault rules a server that goes away needs (~50). Issue 31's comma
-#: pieces read again and unstated subjects (~40) came in against 35 lines simplified away.
-MAX_LINES = 6190
+#: pieces read again (bounded, each hit owning its pieces) and unstated subjects (~60) came in against
+#: 35 lines simplified away.
+MAX_LINES = 6209
 
 
 def test_the_package_stays_small():

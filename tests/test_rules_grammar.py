@@ -167,6 +167,9 @@ def test_an_unstated_subject_may_be_for_the_statements_listed(rules_path):
     funnel = Funnel(load_rules(str(rules_path)))
     assert said(funnel, "Really love old films") == [("g.like", 1, "likes old films")]
     assert said(funnel, "Eat fish") == []  # g.eat is not listed: "eat fish" is a request as often
+    assert said(funnel, "Into chess these days") == []  # g.into ("i am") is not listed either
+    rules_path.write_text(text.replace("[g.like]", "[g.like, g.likes]"), encoding="utf-8")
+    assert any("unstated_subject names no statement: g.likes" in p for p in check_rules(str(rules_path)))
 
 
 def test_words_is_a_named_list_with_latin_words_ending_on_a_word_boundary():
