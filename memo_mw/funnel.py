@@ -263,7 +263,7 @@ class Funnel:
     def _hits(self, clause: str, statement: str, whole: str) -> list[_Hit]:
         """The triggers the clause meets, in its order: after a match, the comma pieces it left before
         and after it are read again, and a run of them that meets none is read again without its first
-        piece. The pieces after a statement about someone else are theirs ("我女儿在学钢琴，每周六上课")."""
+        piece."""
         spans = [piece.span() for piece in _PIECE.finditer(clause)]
         if len(spans) > MAX_PIECES:  # a paste: read once, as a whole
             return [hit] if (hit := self._trigger(clause, statement, whole)) else []
@@ -278,8 +278,17 @@ class Funnel:
             first, last = lo + hit.touched[0], lo + hit.touched[1]
             hit.sentence = clause[spans[first][0]:spans[last - 1][1]].strip()  # the pieces it read, as typed
             found.append((first, hit))
-            todo += [(lo, first, True)] if hit.trigger.of_others else [(lo, first, True), (last, hi, True)]
+            todo.append((lo, first, True))
+            after = clause[spans[last][0]:spans[hi - 1][1]].strip() if last < hi else ""
+            if after and (not hit.trigger.of_others or self._says_the_user(hit.rule_file, after)):
+                todo.append((last, hi, True))
         return [hit for _, hit in sorted(found, key=lambda pair: pair[0])]
+
+    def _says_the_user(self, rule_file: RuleFile, text: str) -> bool:
+        """After a statement about someone else the pieces are theirs, until one says the user's subject
+        ("我老婆是老师，我是程序员"; not "我女儿在学钢琴，每周六上课")."""
+        opened = rule_file.opening is not None and self._search(rule_file.opening, lowered(text))
+        return bool(opened) and opened.group("said") is not None
 
     def _trigger(self, sentence: str, statement: str = "", whole: str = "") -> _Hit | None:
         """The first trigger, in file order, that matches the sentence. The grammar's triggers read

@@ -24,7 +24,7 @@ TOP_KEYS = frozenset({
     "pronouns", "negative", "forget", "recall_all", "triggers", "sensitive", "topics", "grammar",
 })
 TRIGGER_KEYS = frozenset({"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days",
-                          "examples", "pronouns", "requires", "explicit"})
+                          "examples", "pronouns", "requires", "explicit", "others"})
 GATE_KEYS = frozenset({"id", "pattern", "reason", "scope", "examples"})
 
 
@@ -50,7 +50,7 @@ class Trigger:
     negated: bool = False  # a statement's negated form: it matches only with a negation, the plain one only without
     negation: regex.Pattern | None = None  # a statement's: how a negation is found among its adverbs
     explicit: bool = False  # an explicit request to remember: when it is not kept, the app is told why
-    of_others: bool = False  # a statement with `others: true` ("我女儿在学钢琴"): the comma pieces after it are theirs
+    of_others: bool = False  # `others: true` ("我女儿在学钢琴"): the comma pieces after its match are theirs
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ def _load_file(path: str, problems: list[str], seen_ids: dict[str, str]) -> Rule
                 # What the key names must be there ({what}, usually); the adverbs and the negation may be empty.
                 key_fields = tuple(f for _, f, _, _ in string.Formatter().parse(rule.key) if f)
                 rule = replace(rule, statement=True, negated=bool(node.get("__negated__")), negation=negation,
-                               summary_fields=key_fields, of_others=bool(node.get("__others__")))
+                               summary_fields=key_fields)
             if rule:
                 getattr(rule_file, "triggers" if section == "grammar" else section).append(rule)
     _place_statements(rule_file, data, report)
@@ -304,6 +304,7 @@ _TRIGGER_VALUES = (
      "requires must be a list of non-empty strings"),
     ("pronouns", True, lambda v: isinstance(v, bool), "pronouns must be true or false, not {!r}"),
     ("explicit", False, lambda v: isinstance(v, bool), "explicit must be true or false, not {!r}"),
+    ("others", False, lambda v: isinstance(v, bool), "others must be true or false, not {!r}"),
 )
 
 
@@ -324,7 +325,7 @@ def _trigger(node: dict, rule_id: str, rule_file: RuleFile, report: Reporter) ->
     return Trigger(
         id=rule_id, pattern=pattern, type=values["type"], polarity=values["polarity"], summary=summary, key=key,
         summary_fields=summary_fields, pronouns=values["pronouns"], explicit=values["explicit"],
-        requires=tuple(w.strip().casefold() for w in values["requires"] or ()),
+        of_others=values["others"], requires=tuple(w.strip().casefold() for w in values["requires"] or ()),
         confidence=float(values["confidence"]), ttl_days=None if ttl is None else float(ttl),
         language=rule_file.language, source=rule_file.path, examples=read_examples(node, rule_id, report),
     )

@@ -99,7 +99,7 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     unsaid = grammar.get("unstated_subject", False)
     if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
         report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
-    nodes, subjects, bare_verbs = [], list(parts["subjects"]), []
+    nodes, subjects, theirs, bare_verbs = [], list(parts["subjects"]), [], []
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
@@ -109,18 +109,19 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
         listed = unsaid is True or isinstance(unsaid, list) and node["id"] in unsaid
         bare = rf"^[\s\p{{P}}]*{openers}" if users and listed else ""
         nodes.extend(_expand(node, opening, bare, parts, grammar, report, dict(lists)))
-        subjects += own
+        (subjects if users else theirs).extend(own)
         if bare:
             bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
     if isinstance(unsaid, list) and (unknown := set(unsaid) - {n["id"] for n in nodes}):
         report(grammar, None, f"unstated_subject names no statement: {', '.join(sorted(unknown))}",
                key="unstated_subject")
-    subjects = words([s for s in subjects if isinstance(s, str) and s.strip()], "subjects", lists)
+    subjects, theirs = (words([s for s in group if isinstance(s, str) and s.strip()], name, lists)
+                        for group, name in ((subjects, "subjects"), (theirs, "theirs")))
     mods = words(parts["adverbs"] + parts["negations"], "mods", lists)  # then adverbs and one of those verbs:
     bare = (rf"|^[\s\p{{P}}]*{openers}(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
             rf"{words(bare_verbs, 'bare_verbs', lists)}") if bare_verbs else ""
-    opener = compile_pattern(rf"{opening}(?:{subjects}){bare}", "grammar.subjects", grammar, report, key="subjects",
-                             lists=lists)
+    opener = compile_pattern(rf"{opening}(?:(?P<said>{subjects})|{theirs}){bare}", "grammar.subjects", grammar, report,
+                             key="subjects", lists=lists)  # said: the user is named (not someone else, not unsaid)
     negations = sorted({n.casefold() for n in parts["negations"]}, key=len, reverse=True)
     latin = [rf"(?<![\w-]){regex.escape(n)}(?![\w-])" if n.isascii() else regex.escape(n) for n in negations]
     negation = regex.compile("|".join(latin)) if latin else None
@@ -149,8 +150,8 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
     # One pattern for both forms, one run of adverbs and negations: the funnel finds the negation in
     # {how} and tells the forms apart by it (a word list costs memory in every pattern that uses it).
     plain = {k: v for k, v in node.items()
-             if k not in ("verbs", "subjects", "negated", "object", "not_objects", "others")}
-    plain |= {"__lists__": lists, "__others__": node.get("others") is True,
+             if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
+    plain |= {"__lists__": lists,
               "pattern": rf"{start}(?P<how>{mods}{{0,{MAX_ADVERBS + 1}}}){tail}"}
     negated = node.get("negated")
     if negated is None:

@@ -7,7 +7,7 @@ from typing import Any
 import regex
 import yaml
 
-META_KEYS = frozenset({"__line__", "__lines__", "__lists__", "__negated__", "__others__"})  # (the last three: statements')
+META_KEYS = frozenset({"__line__", "__lines__", "__lists__", "__negated__"})  # (the last two: a grammar statement's)
 
 
 class _LineLoader(yaml.SafeLoader):

@@ -209,6 +209,8 @@ ZH_CAPTURED = [
     _p("明年三月打算跟女朋友去领证", COMMIT, 1, "明年三月去领证", "zh-plan-month"),
     _p("刚裸辞", FACT, 1, "裸辞", "zh-life-quit"),
     _p("在德国留学", FACT, 1, "在德国留学", "zh-work-abroad"),
+    _p("我儿子三岁半了", FACT, 1, "儿子三岁半", "zh-household-age"),
+    _p("闺女初二了", FACT, 1, "闺女初二", "zh-household-school-year"),
 ]
 
 # -- Chinese: not captured --------------------------------------------------------------------

@@ -230,6 +230,9 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("I live in Leeds, my main hobby is knitting") == ["lives in Leeds", "main hobby is knitting"]
     # a run of pieces with no statement is read again without its first piece
     assert said("I'm a nurse, it rained a lot, the bus was late, I live in Leeds") == ["is a nurse", "lives in Leeds"]
+    # the pieces after a statement about someone else are theirs, until the user is named again
+    assert said("宝宝八个月了，开始学爬了") == ["宝宝八个月"]
+    assert said("我老婆是老师，我是程序员") == ["老婆是老师", "是程序员"]
     # the household statement marks the pieces after it as theirs; other subjects' do not
     assert said("周末一般带儿子去游泳，我住在杭州") == ["周末一般带儿子去游泳", "住在杭州"]
     # a comma-rich paste is read once, as a whole, and its length limit is the whole's

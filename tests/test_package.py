@@ -29,9 +29,9 @@ def test_pure_python():
 #: The PostgreSQL store (issue 34) is a second engine behind the same interface, with a budget of
 #: its own: postgres.py (~235), migrate.py (~65), the engine methods SQLite now answers as well
 #: (~70), and the breaker and fault rules a server that goes away needs (~50). Issue 31's comma
-#: pieces read again (bounded, each hit owning its pieces) and unstated subjects (~60) came in against
+#: pieces read again (bounded, each hit owning its pieces) and unstated subjects (~70) came in against
 #: 35 lines simplified away.
-MAX_LINES = 6209
+MAX_LINES = 6220
 
 
 def test_the_package_stays_small():
