@@ -287,7 +287,8 @@ class Funnel:
     def _says_the_user(self, rule_file: RuleFile, text: str) -> bool:
         """After a statement about someone else the pieces are theirs, until one says the user's subject
         ("我老婆是老师，我是程序员"; not "我女儿在学钢琴，每周六上课")."""
-        opened = rule_file.opening is not None and self._search(rule_file.opening, lowered(text))
+        said = lowered(spelled_out(rule_file.contractions, text))  # read as _trigger reads it
+        opened = rule_file.opening is not None and self._search(rule_file.opening, said)
         return bool(opened) and opened.group("said") is not None
 
     def _trigger(self, sentence: str, statement: str = "", whole: str = "") -> _Hit | None:

@@ -233,6 +233,7 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     # the pieces after a statement about someone else are theirs, until the user is named again
     assert said("宝宝八个月了，开始学爬了") == ["宝宝八个月"]
     assert said("我老婆是老师，我是程序员") == ["老婆是老师", "是程序员"]
+    assert said("My father is a farmer, im a teacher") == ["their father is a farmer", "is a teacher"]  # spelled out
     # the household statement marks the pieces after it as theirs; other subjects' do not
     assert said("周末一般带儿子去游泳，我住在杭州") == ["周末一般带儿子去游泳", "住在杭州"]
     # a comma-rich paste is read once, as a whole, and its length limit is the whole's

@@ -31,7 +31,7 @@ def test_pure_python():
 #: (~70), and the breaker and fault rules a server that goes away needs (~50). Issue 31's comma
 #: pieces read again (bounded, each hit owning its pieces) and unstated subjects (~70) came in against
 #: 35 lines simplified away.
-MAX_LINES = 6220
+MAX_LINES = 6219
 
 
 def test_the_package_stays_small():
