@@ -235,14 +235,9 @@ class Funnel:
             return "too_long", []
         trace.append(("length", f"{max(len(h.sentence) for h in hits)} <= {hits[0].rule_file.max_length}"))
 
-        # A sentence's own negatives come from its rule's file: a Chinese question gate must not stop
-        # an English sentence. The other gates apply to all.
-        for stage, message_gates, sentence_gates in (
-                ("negative", self._negative_message, lambda hit: self._negative_sentence[id(hit.rule_file)]),
-                ("sensitive", self._sensitive_message, lambda hit: self._sensitive_sentence)):
+        for stage, message_gates in (("negative", self._negative_message), ("sensitive", self._sensitive_message)):
             whole = self._gate_hit(message_gates, text)
-            read = (lambda hit: hit.whole) if stage == "sensitive" else (lambda hit: hit.statement)
-            stops = [(hit, whole or self._gate_hit(sentence_gates(hit), read(hit))) for hit in hits]
+            stops = [(hit, whole or self._sentence_gate(stage, hit)) for hit in hits]
             trace.extend((stage, f"{gate.id}: {gate.reason}") for _, gate in stops if gate is not None)
             hits = [hit for hit, gate in stops if gate is None]
             if not hits:
@@ -259,6 +254,18 @@ class Funnel:
         if not candidates:
             return "unusable", []
         return "captured", list(candidates.values())
+
+    def _sentence_gate(self, stage: str, hit: _Hit) -> Gate | None:
+        """The first sentence gate that stops the hit: a sensitive one reads the sentence; a negative one, of
+        the hit's own file, its statement, or, for statements about someone else (`others: true`), the
+        pieces it read, which a trigger about them by design or an explicit request passes (docs/rules.md)."""
+        if stage == "sensitive":
+            return self._gate_hit(self._sensitive_sentence, hit.whole)
+        gates = self._negative_sentence[id(hit.rule_file)]
+        stop = self._gate_hit([g for g in gates if not g.others], hit.statement)
+        if stop is None and not (hit.trigger.of_others or hit.trigger.explicit):
+            stop = self._gate_hit([g for g in gates if g.others], hit.sentence)
+        return stop
 
     def _hits(self, clause: str, statement: str, whole: str) -> list[_Hit]:
         """The triggers the clause meets, in its order: after a match, the comma pieces it left before

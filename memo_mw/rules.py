@@ -25,7 +25,7 @@ TOP_KEYS = frozenset({
 })
 TRIGGER_KEYS = frozenset({"id", "pattern", "type", "polarity", "summary", "key", "confidence", "ttl_days",
                           "examples", "pronouns", "requires", "explicit", "others"})
-GATE_KEYS = frozenset({"id", "pattern", "reason", "scope", "examples"})
+GATE_KEYS = frozenset({"id", "pattern", "reason", "scope", "examples", "others"})
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,7 @@ class Gate:
     scope: str
     source: str
     examples: Examples = None
+    others: bool = False  # `others: true`: it stops statements about someone else; a trigger marked so passes it
 
 
 @dataclass
@@ -282,8 +283,11 @@ def _gate(node: dict, rule_id: str, section: str, path: str, report: Reporter) -
     if scope == "match" and "what" not in pattern.groupindex:
         report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)", key="pattern")
         return None
+    if "others" in node and (section != "negative" or not isinstance(node["others"], bool)):
+        report(node, rule_id, f"others is true or false, in negative rules only: {node['others']!r}", key="others")
+        return None
     return Gate(id=rule_id, pattern=pattern, reason=str(node.get("reason", section)), scope=scope, source=path,
-                examples=read_examples(node, rule_id, report))
+                examples=read_examples(node, rule_id, report), others=node.get("others", False))
 
 
 def _is_number(value: Any) -> bool:

@@ -94,6 +94,9 @@ ZH_CAPTURED = [
     _p("我家在青岛", FACT, 1, "住在青岛", "zh-home"),
     _p("我家有一只三花猫", FACT, 1, "家里有一只三花猫", "zh-family-has"),
     _p("我有两个女儿", FACT, 1, "有两个女儿", "zh-have"),
+    # a member of the household named in passing: that the user has one, nothing of what they do
+    _p("我老公做的红烧肉特别好吃", FACT, 1, "有老公", "zh-kin-not-zuo-de-job"),
+    _p("我儿子和我都不吃香菜", FACT, 1, "有儿子", "zh-kin-son-first"),
     _p("我养了一只柯基", FACT, 1, "养一只柯基", "zh-pet"),
     _p("我叫陈思远", FACT, 1, "名字叫陈思远", "zh-name"),
     _p("我从事外贸行业", FACT, 1, "从事外贸行业", "zh-occupation"),
@@ -230,7 +233,6 @@ ZH_NOT_CAPTURED = [
     pytest.param("我妈妈不吃辣", id="zh-mother"),
     pytest.param("我爱人喜欢钓鱼", id="zh-spouse-airen"),
     pytest.param("我爱人不吃香菜", id="zh-spouse-food"),
-    pytest.param("我儿子和我都不吃香菜", id="zh-son-first"),
     pytest.param("朋友说我是个工作狂", id="zh-friend-says"),
     pytest.param("如果我喜欢上了别人怎么办", id="zh-if"),
     pytest.param("假如我住在海边，会不会更开心", id="zh-suppose"),
@@ -283,7 +285,6 @@ ZH_NOT_CAPTURED = [
     pytest.param("我下个月去哪儿玩好呢", id="zh-plan-dated-question"),
     pytest.param("药一天三次", id="zh-amount-medicine"),
     pytest.param("每天都很忙", id="zh-habit-bare-mood"),
-    pytest.param("我老公做的红烧肉特别好吃", id="zh-household-zuo-de"),
     pytest.param("我做饭的时候喜欢听歌", id="zh-job-zuo-fan"),
 ]
 
@@ -421,6 +422,16 @@ EN_CAPTURED = [
     _p("Been vegetarian since uni", FACT, 1, "is vegetarian", "en-diet-no-subject"),
     _p("I'm moving in with my girlfriend in May", COMMIT, 1, "is moving in with their girlfriend in May", "en-moving-in"),
     _p("My dad lives with us now", FACT, 1, "their dad lives with us", "en-household-lives-with"),
+    _p("My best friend lives next door", FACT, 1, "their best friend lives next door", "en-household-lives"),
+    _p("My father played violin professionally", FACT, 1, "their father played violin professionally",
+       "en-household-played"),
+    _p("My dad used to work for Home Depot", FACT, 1, "their dad used to work for Home Depot", "en-household-home-depot"),
+    _p("I was poor growing up", FACT, 1, "was poor growing up", "en-childhood"),
+    _p("I spent two years in the army", FACT, 1, "spent two years in the army", "en-spent-years"),
+    _p("I was fired and had to find a new job", FACT, 1, "was fired", "en-job-lost-and"),
+    _p("I just broke up with my boyfriend", FACT, 1, "broke up with their boyfriend", "en-life-broke-up"),
+    _p("I didn't graduate from high school", FACT, 1, "did not graduate from high school", "en-life-not-graduated"),
+    _p("I waitress on weekends", FACT, 1, "waitresses on weekends", "en-habit-waitress"),
     _p("My husband's a firefighter", FACT, 1, "their husband is a firefighter", "en-household-contraction"),
     _p("I went to college for graphic design", FACT, 1, "studied graphic design", "en-studied"),
     _p("lol I'm such a gym rat", FACT, 1, "is such a gym rat", "en-such-a"),
@@ -539,6 +550,10 @@ EN_NOT_CAPTURED = [
     pytest.param("Running in the park, I felt the power of nature", id="en-unstated-gerund"),
     pytest.param("Eat more vegetables", id="en-unstated-imperative"),
     pytest.param("Have a great day!", id="en-unstated-wish"),
+    # what someone else is doing or how they are, not who they are
+    pytest.param("My best friend is moving to Berlin next month", id="en-household-doing"),
+    pytest.param("My wife is home", id="en-household-home"),
+    pytest.param("I spent two hours on it", id="en-spent-hours"),
 ]
 
 

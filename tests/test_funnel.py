@@ -75,6 +75,22 @@ def test_sentence_negatives_come_from_the_matching_rules_file(tmp_path):
     assert funnel.process("I like cats?").stage == "negative"
 
 
+def test_a_gate_of_statements_about_others_reads_the_pieces_and_lets_their_triggers_through(tmp_path):
+    funnel = funnel_of(tmp_path, en="""
+        language: en
+        negative:
+          - {id: en.others, pattern: '^my (?:brother|wife)\\b', others: true}
+        triggers:
+          - {id: en.like, pattern: '\\bI like (?P<what>[^,.!?]+)', type: preference, summary: 'likes {what}'}
+          - {id: en.kin, pattern: '^my (?P<who>brother|wife) is an? (?P<what>[^,.!?]+)', type: fact,
+             summary: '{who} is {what}', others: true}
+    """)
+    said = lambda text: [c.content for c in funnel.process(text).candidates]  # noqa: E731
+    assert said("My brother is a nurse") == ["brother is nurse"]  # about someone else by design
+    assert said("My brother lives in Leeds, I like jazz") == ["likes jazz"]  # the gate reads the pieces of the hit
+    assert funnel.process("My brother says I like jazz").stage == "negative"
+
+
 def test_trace_names_each_gate(tmp_path):
     trace = funnel_of(tmp_path, en=EN).process("I like jazz").trace
     assert [gate for gate, _ in trace] == ["trigger", "length", "compress"]

@@ -135,6 +135,12 @@ CASES = [
             pattern: 'x'
             scope: paragraph
         """, 4, "x.scope", "scope must be 'sentence' or 'message'"),
+    ("others_on_a_sensitive_gate", """\
+        sensitive:
+          - id: x.others
+            pattern: 'my brother'
+            others: true
+        """, 4, "x.others", "others is true or false, in negative rules only"),
     ("not_a_mapping", """\
         triggers:
           - just a string
