@@ -97,6 +97,17 @@ ZH_CAPTURED = [
     # a member of the household named in passing: that the user has one, nothing of what they do
     _p("我老公做的红烧肉特别好吃", FACT, 1, "有老公", "zh-kin-not-zuo-de-job"),
     _p("我儿子和我都不吃香菜", FACT, 1, "有儿子", "zh-kin-son-first"),
+    # said the way people type: no 我, no verb, the thing first
+    _p("我妈小学老师", FACT, 1, "妈是小学老师", "zh-household-job-no-verb"),
+    _p("老公程序员，天天加班", FACT, 1, "老公是程序员", "zh-household-job-no-subject"),
+    _p("手机用的华为", FACT, 1, "手机用华为", "zh-device"),
+    _p("90后，程序员", FACT, 1, "是90后", "zh-cohort"),
+    _p("今年35了", FACT, 1, "35岁", "zh-age-bare"),
+    _p("孩子今年3岁了", FACT, 1, "孩子3岁", "zh-age-bare-is-the-childs"),
+    _p("一般晚上十二点睡", FACT, 1, "一般晚上十二点睡", "zh-habit-clock"),
+    _p("粤语会说一点", FACT, 1, "会粤语", "zh-skill-first"),
+    _p("家里两只猫", FACT, 1, "家里有两只猫", "zh-family-count"),
+    _p("有个女儿，今年上初一", FACT, 1, "有个女儿", "zh-have-no-subject"),
     _p("我养了一只柯基", FACT, 1, "养一只柯基", "zh-pet"),
     _p("我叫陈思远", FACT, 1, "名字叫陈思远", "zh-name"),
     _p("我从事外贸行业", FACT, 1, "从事外贸行业", "zh-occupation"),
@@ -286,6 +297,11 @@ ZH_NOT_CAPTURED = [
     pytest.param("药一天三次", id="zh-amount-medicine"),
     pytest.param("每天都很忙", id="zh-habit-bare-mood"),
     pytest.param("我做饭的时候喜欢听歌", id="zh-job-zuo-fan"),
+    pytest.param("有个朋友说你很厉害", id="zh-have-friend-says"),
+    pytest.param("手机是坏了吗", id="zh-device-question"),
+    pytest.param("车是新买的", id="zh-device-state"),
+    pytest.param("明天早上六点起", id="zh-habit-clock-once"),
+    pytest.param("90后的想法你懂吗", id="zh-cohort-question"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
