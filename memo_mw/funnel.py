@@ -311,7 +311,8 @@ class Funnel:
             for trigger in rule_file.triggers:
                 if trigger.statement and not opens:
                     continue
-                if trigger.requires and not any(word in folded for word in trigger.requires):
+                read = low if trigger.statement else folded
+                if trigger.requires and not any(word in read for word in trigger.requires):
                     continue
                 match = self._search(trigger, low if trigger.statement else sentence)
                 if match is not None and statement_form(trigger, match):

@@ -69,9 +69,10 @@ def wrong_examples(path: str, rules: list[Any], spell=lambda sentence: sentence)
             try:
                 requires = getattr(rule, "requires", ())  # (a trigger's words, as the funnel checks them)
                 statement = getattr(rule, "statement", False)
-                match = rule.pattern.search(spell(sentence) if statement else sentence, timeout=1.0)
+                read = spell(sentence) if statement else sentence
+                match = rule.pattern.search(read, timeout=1.0)
                 found = match is not None and statement_form(rule, match) and (
-                    not requires or any(word in sentence.casefold() for word in requires))
+                    not requires or any(word in (read if statement else read.casefold()) for word in requires))
             except TimeoutError:
                 problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "
                                 "(catastrophic backtracking?)")

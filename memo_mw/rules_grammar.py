@@ -150,7 +150,8 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
     # One pattern for both forms, one run of adverbs and negations: the funnel finds the negation in
     # {how} and tells the forms apart by it (a word list costs memory in every pattern that uses it).
     plain = {k: v for k, v in node.items() if k not in ("verbs", "subjects", "negated", "object", "not_objects")}
-    plain |= {"__lists__": lists, "pattern": rf"{start}(?P<how>{mods}{{0,{MAX_ADVERBS + 1}}}){tail}"}
+    plain |= {"__lists__": lists, "pattern": rf"{start}(?P<how>{mods}{{0,{MAX_ADVERBS + 1}}}){tail}",
+              "requires": [" ".join(v.split()) for v in verbs]}  # a pattern is tried only where one of its verbs is
     negated = node.get("negated")
     if negated is None:
         return [plain]

@@ -439,6 +439,7 @@ EN_CAPTURED = [
     _p("I'm moving in with my girlfriend in May", COMMIT, 1, "is moving in with their girlfriend in May", "en-moving-in"),
     _p("My dad lives with us now", FACT, 1, "their dad lives with us", "en-household-lives-with"),
     _p("My best friend lives next door", FACT, 1, "their best friend lives next door", "en-household-lives"),
+    _p("My dog's name is charlie", FACT, 1, "their dog's name is charlie", "en-household-name-is"),
     _p("My father played violin professionally", FACT, 1, "their father played violin professionally",
        "en-household-played"),
     _p("My dad used to work for Home Depot", FACT, 1, "their dad used to work for Home Depot", "en-household-home-depot"),

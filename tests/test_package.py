@@ -31,8 +31,9 @@ def test_pure_python():
 #: (~70), and the breaker and fault rules a server that goes away needs (~50). Issue 31's comma
 #: pieces read again (bounded, each hit owning its pieces) and unstated subjects (~70) came in against
 #: 35 lines simplified away. A negative gate's `others: true` (~11) replaced the household verbs the
-#: other-person gates of both languages mirrored by hand.
-MAX_LINES = 6230
+#: other-person gates of both languages mirrored by hand; a statement's verbs as its `requires` (~3)
+#: took a third off the funnel's time.
+MAX_LINES = 6233
 
 
 def test_the_package_stays_small():
