@@ -449,6 +449,12 @@ EN_CAPTURED = [
     _p("I just broke up with my boyfriend", FACT, 1, "broke up with their boyfriend", "en-life-broke-up"),
     _p("I didn't graduate from high school", FACT, 1, "did not graduate from high school", "en-life-not-graduated"),
     _p("I waitress on weekends", FACT, 1, "waitresses on weekends", "en-habit-waitress"),
+    _p("I ran my first marathon last year", FACT, 1, "ran their first marathon last year", "en-life-achievement"),
+    _p("I retired last spring", FACT, 1, "retired last spring", "en-life-retired"),
+    _p("I live alone", FACT, 1, "lives alone", "en-live-alone"),
+    _p("My mother lives alone", FACT, 1, "their mother lives alone", "en-live-alone-household"),
+    _p("I work remotely for a startup", FACT, 1, "works remotely for a startup", "en-work-remotely"),
+    _p("We just moved to Denver and I don't know anyone", FACT, 1, "moved to Denver", "en-live-we-moved"),
     _p("My husband's a firefighter", FACT, 1, "their husband is a firefighter", "en-household-contraction"),
     _p("I went to college for graphic design", FACT, 1, "studied graphic design", "en-studied"),
     _p("lol I'm such a gym rat", FACT, 1, "is such a gym rat", "en-such-a"),
@@ -571,6 +577,7 @@ EN_NOT_CAPTURED = [
     pytest.param("My best friend is moving to Berlin next month", id="en-household-doing"),
     pytest.param("My wife is home", id="en-household-home"),
     pytest.param("I spent two hours on it", id="en-spent-hours"),
+    pytest.param("I retired", id="en-life-retired-no-more"),
 ]
 
 
