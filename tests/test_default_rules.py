@@ -108,6 +108,12 @@ ZH_CAPTURED = [
     _p("粤语会说一点", FACT, 1, "会粤语", "zh-skill-first"),
     _p("家里两只猫", FACT, 1, "家里有两只猫", "zh-family-count"),
     _p("有个女儿，今年上初一", FACT, 1, "有个女儿", "zh-have-no-subject"),
+    _p("结婚三年了", FACT, 1, "结婚三年", "zh-duration-no-subject"),
+    _p("英语一般般", FACT, 1, "英语一般般", "zh-language-level-no-subject"),
+    _p("我们家三口人", FACT, 1, "家里有三口人", "zh-family-women-jia"),
+    _p("研究生在读", FACT, 1, "研究生在读", "zh-school-reading"),
+    # a question at the end without a question mark is its own statement
+    _p("我家猫三岁了，最近老掉毛，怎么办", FACT, 1, "猫三岁", "zh-pet-age-then-question"),
     _p("我养了一只柯基", FACT, 1, "养一只柯基", "zh-pet"),
     _p("我叫陈思远", FACT, 1, "名字叫陈思远", "zh-name"),
     _p("我从事外贸行业", FACT, 1, "从事外贸行业", "zh-occupation"),
@@ -302,6 +308,8 @@ ZH_NOT_CAPTURED = [
     pytest.param("车是新买的", id="zh-device-state"),
     pytest.param("明天早上六点起", id="zh-habit-clock-once"),
     pytest.param("90后的想法你懂吗", id="zh-cohort-question"),
+    pytest.param("用表格", id="zh-use-is-an-instruction"),
+    pytest.param("他研究生在读", id="zh-school-reading-someone-else"),
 ]
 
 # -- English: captured ------------------------------------------------------------------------
