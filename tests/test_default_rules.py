@@ -448,6 +448,7 @@ EN_CAPTURED = [
     _p("My dad lives with us now", FACT, 1, "their dad lives with us", "en-household-lives-with"),
     _p("My best friend lives next door", FACT, 1, "their best friend lives next door", "en-household-lives"),
     _p("My dog's name is charlie", FACT, 1, "their dog's name is charlie", "en-household-name-is"),
+    _p("My kids go to a Montessori school", FACT, 1, "their kids go to a Montessori school", "en-household-school"),
     _p("My father played violin professionally", FACT, 1, "their father played violin professionally",
        "en-household-played"),
     _p("My dad used to work for Home Depot", FACT, 1, "their dad used to work for Home Depot", "en-household-home-depot"),
