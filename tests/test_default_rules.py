@@ -587,6 +587,7 @@ EN_NOT_CAPTURED = [
     pytest.param("My wife is home", id="en-household-home"),
     pytest.param("I spent two hours on it", id="en-spent-hours"),
     pytest.param("I retired", id="en-life-retired-no-more"),
+    pytest.param("I like to do all of those things too!", id="en-vague-those-things-too"),
 ]
 
 
