@@ -459,6 +459,7 @@ EN_CAPTURED = [
     _p("I didn't graduate from high school", FACT, 1, "did not graduate from high school", "en-life-not-graduated"),
     _p("I waitress on weekends", FACT, 1, "waitresses on weekends", "en-habit-waitress"),
     _p("I ran my first marathon last year", FACT, 1, "ran their first marathon last year", "en-life-achievement"),
+    _p("I also donate to charity each month", FACT, 1, "donates to charity each month", "en-habit-when-adverb"),
     _p("I retired last spring", FACT, 1, "retired last spring", "en-life-retired"),
     _p("I live alone", FACT, 1, "lives alone", "en-live-alone"),
     _p("My mother lives alone", FACT, 1, "their mother lives alone", "en-live-alone-household"),
@@ -588,6 +589,8 @@ EN_NOT_CAPTURED = [
     pytest.param("I spent two hours on it", id="en-spent-hours"),
     pytest.param("I retired", id="en-life-retired-no-more"),
     pytest.param("I like to do all of those things too!", id="en-vague-those-things-too"),
+    pytest.param("I don't have a favorite movie", id="en-have-no-favourite"),
+    pytest.param("I know he'd love the show they put on every weekend", id="en-habit-when-know"),
 ]
 
 
