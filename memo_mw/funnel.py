@@ -220,7 +220,7 @@ class Funnel:
     def _capture(self, text: str, sentences: list[tuple[str, str, str]], trace: list[tuple[str, str]]
                  ) -> tuple[str, list[Candidate]]:
         """Trigger, length, negative, sensitive and compression stages over the given clauses."""
-        hits = [hit for parts in sentences for hit in self._hits(*parts)]
+        hits = self._continued([(parts[0], self._hits(*parts)) for parts in sentences])
         if not hits:
             trace.append(("trigger", "no trigger matched"))
             return "no_trigger", []
@@ -286,14 +286,37 @@ class Funnel:
             hit.sentence = clause[spans[first][0]:spans[last - 1][1]].strip()  # the pieces it read, as typed
             found.append((first, hit))
             todo.append((lo, first, True))
-            after = clause[spans[last][0]:spans[hi - 1][1]].strip() if last < hi else ""
-            if after and (not hit.trigger.of_others or self._says_the_user(hit.rule_file, after)):
+            if last < hi:
                 todo.append((last, hi, True))
-        return [hit for _, hit in sorted(found, key=lambda pair: pair[0])]
+        return self._the_users([hit for _, hit in sorted(found, key=lambda pair: pair[0])])
+
+    def _the_users(self, hits: list[_Hit]) -> list[_Hit]:
+        """After a statement about someone else the pieces are theirs, until one says the user's subject
+        ("我老婆是老师，我是程序员"; not "我女儿在学钢琴，每周六上课", "有个女儿，今年上初一")."""
+        kept, theirs = [], False
+        for hit in hits:
+            if theirs and not self._says_the_user(hit.rule_file, hit.sentence):
+                continue
+            kept.append(hit)
+            theirs = hit.trigger.of_others
+        return kept
+
+    def _continued(self, read: list[tuple[str, list[_Hit]]]) -> list[_Hit]:
+        """A clause that names no one goes on about whoever the clause before named: after "我爸身体不好。",
+        "今年65了" is his age. Its hits are dropped until a clause names the user again."""
+        kept, theirs = [], False
+        for clause, hits in read:
+            files = [f for f in self.rules.files if _applies(f, clause)]
+            if any(self._says_the_user(f, clause) for f in files):
+                theirs = False
+            elif any(self._gate_hit([g for g in self._negative_sentence[id(f)] if g.others], clause) for f in files):
+                theirs = True
+            elif theirs:
+                hits = [hit for hit in hits if self._says_the_user(hit.rule_file, hit.sentence)]
+            kept += hits
+        return kept
 
     def _says_the_user(self, rule_file: RuleFile, text: str) -> bool:
-        """After a statement about someone else the pieces are theirs, until one says the user's subject
-        ("我老婆是老师，我是程序员"; not "我女儿在学钢琴，每周六上课")."""
         said = lowered(spelled_out(rule_file.contractions, text))  # read as _trigger reads it
         opened = rule_file.opening is not None and self._search(rule_file.opening, said)
         return bool(opened) and opened.group("said") is not None

@@ -92,36 +92,42 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     lead = grammar.get("lead", "")
     if not isinstance(lead, str) or lead and compile_pattern(lead, "grammar.lead", grammar, report, key="lead") is None:
         return [], None, None
-    opening, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
+    start, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
     openers = rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}" if parts["openers"] else ""
-    opening += openers
+    opening = start + openers
     # An unsaid subject ("周末喜欢去爬山", "love a good thriller") is the user's where a sentence starts, after openers.
     unsaid = grammar.get("unstated_subject", False)
     if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
         report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
-    nodes, subjects, theirs, bare_verbs = [], list(parts["subjects"]), [], []
+    nodes, subjects, theirs, unnamed, bare_verbs = [], list(parts["subjects"]), [], [], []
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
             continue
         own = node.get("subjects") if isinstance(node.get("subjects"), list) else parts["subjects"]
-        users = any(s == g or s.startswith(f"{g} ") for s in own for g in parts["subjects"])  # "i am", not "my father"
+        named = [s for s in own if any(s == g or s.startswith(f"{g} ") for g in parts["subjects"])]  # "i am"
+        users = bool(named)  # not "my father"; a time word in the user's statement ("最近") names no one
         listed = unsaid is True or isinstance(unsaid, list) and node["id"] in unsaid
         bare = rf"^[\s\p{{P}}]*{openers}" if users and listed else ""
         nodes.extend(_expand(node, opening, bare, parts, grammar, report, dict(lists)))
-        (subjects if users else theirs).extend(own)
+        if users:
+            subjects += named
+            unnamed += [s for s in own if s not in named]
+        else:
+            theirs += own
         if bare:
             bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
     if isinstance(unsaid, list) and (unknown := set(unsaid) - {n["id"] for n in nodes}):
         report(grammar, None, f"unstated_subject names no statement: {', '.join(sorted(unknown))}",
                key="unstated_subject")
-    subjects, theirs = (words([s for s in group if isinstance(s, str) and s.strip()], name, lists)
-                        for group, name in ((subjects, "subjects"), (theirs, "theirs")))
+    subjects, theirs, unnamed = (words([s for s in group if isinstance(s, str) and s.strip()], name, lists)
+                                 for group, name in ((subjects, "subjects"), (theirs, "theirs"), (unnamed, "unnamed")))
     mods = words(parts["adverbs"] + parts["negations"], "mods", lists)  # then adverbs and one of those verbs:
     bare = (rf"|^[\s\p{{P}}]*{openers}(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
             rf"{words(bare_verbs, 'bare_verbs', lists)}") if bare_verbs else ""
-    opener = compile_pattern(rf"{opening}(?:(?P<said>{subjects})|{theirs}){bare}", "grammar.subjects", grammar, report,
-                             key="subjects", lists=lists)  # said: the user is named (not someone else, not unsaid)
+    # said: the user is named. The fewest openers first, so that "我今年…" names 我 and "我老婆…" does not.
+    said = rf"{start}{openers and openers + '?'}(?:(?P<said>{subjects})(?!{theirs})|{theirs}|{unnamed}){bare}"
+    opener = compile_pattern(said, "grammar.subjects", grammar, report, key="subjects", lists=lists)
     negations = sorted({n.casefold() for n in parts["negations"]}, key=len, reverse=True)
     latin = [rf"(?<![\w-]){regex.escape(n)}(?![\w-])" if n.isascii() else regex.escape(n) for n in negations]
     negation = regex.compile("|".join(latin)) if latin else None

@@ -53,6 +53,10 @@ def _p(message, mem_type, polarity, summary, id):
 # -- Chinese: captured ----------------------------------------------------------------------
 
 ZH_CAPTURED = [
+    # the household the user has, and where they grew up
+    _p("我有一个妹妹", FACT, 1, "有一个妹妹", "zh-have-kin"),
+    _p("我是在东北长大的", FACT, 1, "来自东北", "zh-grew-up-in"),
+    _p("我是程序员，90后", FACT, 1, "是程序员", "zh-cohort-after-the-user"),
     # likes and dislikes
     _p("我觉得吧，那个，其实我挺喜欢喝乌龙茶的", PREF, 1, "喜欢喝乌龙茶", "zh-like-fillers"),
     _p("我爱吃火锅", PREF, 1, "喜欢吃火锅", "zh-love-eat"),
@@ -244,6 +248,15 @@ ZH_NOT_CAPTURED = [
     pytest.param("“我讨厌星期一”用日语怎么说", id="zh-how-to-say"),
     pytest.param("他在信里写着「我不吃鱼」", id="zh-quoted"),
     pytest.param("我同事喜欢钓鱼", id="zh-colleague"),
+    # someone else's generation, teacher, doctor or friend
+    pytest.param("我妈，70后", id="zh-cohort-of-mother"),
+    pytest.param("想找个对象，95后", id="zh-cohort-of-wished-partner"),
+    pytest.param("老公同事律师", id="zh-household-job-of-colleague"),
+    pytest.param("我妈主治医生", id="zh-household-job-their-doctor"),
+    pytest.param("有个朋友，做外贸的", id="zh-have-a-friend"),
+    # someone else's words
+    pytest.param("我同事觉得，我喜欢加班", id="zh-reported-thought"),
+    pytest.param("他们都以为，我是程序员", id="zh-reported-belief"),
     # other people said as an explicit memory are still other people
     # about the assistant, not the user
     pytest.param("记住你叫小爱", id="zh-remember-your-name"),
@@ -591,6 +604,8 @@ EN_NOT_CAPTURED = [
     pytest.param("I like to do all of those things too!", id="en-vague-those-things-too"),
     pytest.param("I don't have a favorite movie", id="en-have-no-favourite"),
     pytest.param("I know he'd love the show they put on every weekend", id="en-habit-when-know"),
+    pytest.param("She said, I hate cilantro", id="en-reported-speech"),
+    pytest.param("He told the police, I live in Leeds", id="en-reported-told"),
 ]
 
 
@@ -1015,10 +1030,11 @@ SENSITIVE = {
         "I love going to Mass on Sundays", "I usually meditate at the temple", "I go to the temple every Saturday",
         "我是佛教徒", "我是基督徒", "我每周日都去教堂做礼拜", "我在清真寺工作", "记住我信伊斯兰教",
         "我喜欢去寺庙烧香拜佛", "我每周都去庙里上香", "我每周都去寺庙打坐",
+        "I spent two years as a missionary",
     ],
     "sexual-orientation": [
         "I'm a gay man", "Remember that I'm bisexual", "I'm a lesbian", "I'm a trans woman",
-        "Remember that I came out as queer",
+        "Remember that I came out as queer", "I spent ten years in the closet",
         "我是同性恋", "记住我是双性恋", "我是gay", "我是les", "我是跨性别者",
         "我是男同", "我是女同",
     ],
@@ -1038,6 +1054,12 @@ SENSITIVE = {
         "Remember that I have a criminal record", "I'm an ex-con", "I'm a convicted felon",
         "I usually meet my parole officer on Mondays", "Remember that I went to prison for theft",
         "记住我坐过牢", "记住我有前科", "我是刑满释放人员", "我每周都要去见假释官",
+        # the household's, and years of the user's life
+        "My dad is in prison", "My brother is in jail", "I spent two years in prison",
+    ],
+    "abuse-hardship": [
+        "I was abused as a child", "I was homeless as a teenager", "I was bullied as a kid",
+        "I was in foster care growing up", "记住我小时候被家暴过", "记住我在孤儿院长大",
     ],
     "health": [
         "I'm a type 1 diabetic", "Remember that I have epilepsy", "I have a heart condition",
@@ -1048,6 +1070,11 @@ SENSITIVE = {
         # addiction recovery
         "I usually go to AA meetings", "Remember that I've been sober for three years",
         "我每周都去戒酒互助会",
+        # the household's health, and years of the user's life in hospital
+        "My son attends therapy", "My mom goes to a psychologist", "My dad attends AA",
+        "My brother goes to a support group for addicts", "My grandpa passed away from Covid",
+        "My daughter goes to a special needs school", "My mom is in a coma", "My wife is in labor",
+        "My dad is in hospice", "My parents are alcoholics", "I spent a year in hospital",
     ],
     "medication": [
         "I usually take antidepressants in the morning", "Remember that I take insulin",
@@ -1146,6 +1173,10 @@ NOT_SENSITIVE = [
     pytest.param("I usually buy AA batteries", id="en-aa-batteries"),
     pytest.param("我已经戒酒了", id="zh-quit-drinking-is-a-habit"),
     pytest.param("我是女同学", id="zh-classmate-not-orientation"),
+    pytest.param("I was poor growing up", id="en-poor-is-not-hardship"),
+    pytest.param("I love retail therapy", id="en-retail-therapy"),
+    pytest.param("My mom goes to a book club", id="en-book-club"),
+    pytest.param("我养了一只流浪猫", id="zh-stray-cat"),
 ]
 
 

@@ -249,6 +249,8 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     # the pieces after a statement about someone else are theirs, until the user is named again
     assert said("宝宝八个月了，开始学爬了") == ["宝宝八个月"]
     assert said("我老婆是老师，我是程序员") == ["老婆是老师", "是程序员"]
+    assert said("有个女儿，今年上初一") == ["有个女儿"]  # a later piece read first is still hers
+    assert said("我老婆是老师，在医院上班，我是程序员") == ["老婆是老师", "是程序员"]
     assert said("My father is a farmer, im a teacher") == ["their father is a farmer", "is a teacher"]  # spelled out
     # the household statement marks the pieces after it as theirs; other subjects' do not
     assert said("周末一般带儿子去游泳，我住在杭州") == ["周末一般带儿子去游泳", "住在杭州"]
@@ -274,3 +276,24 @@ def test_the_history_keeps_a_cleaned_masked_message_and_nothing_sensitive():
         "我有抑郁症", "forget that I like jazz", "我喜欢爵士乐，你呢？", "")}
     assert list(kept.values()) == ["my neighbour plays the trumpet, call me at [email]", None, None, None,
                                    "我喜欢爵士乐,你呢?", None]
+
+
+def test_a_sentence_that_names_no_one_goes_on_about_the_one_before():
+    funnel = Funnel(load_rules())
+
+    def said(text):
+        return [c.content for c in funnel.process(text).candidates]
+
+    assert said("今年35了") == ["35岁"]
+    assert said("我爸身体不好。今年65了") == []  # his age
+    assert said("我爸身体不好。我今年35了") == ["35岁"]  # the user named again
+    assert said("我叫小王。今年35了") == ["名字叫小王", "35岁"]
+    assert said("My brother is a doctor. I am a nurse.") == ["their brother is a doctor", "is a nurse"]
+
+
+def test_someone_elses_words_are_not_the_users():
+    funnel = Funnel(load_rules())
+    for text in ("She said, I hate cilantro", "My boss keeps telling me, I have two cats", "我同事觉得，我喜欢加班",
+                 "他们都以为，我是程序员"):
+        assert funnel.process(text).stage == "negative", text
+    assert [c.content for c in funnel.process("Well, I live in Leeds").candidates] == ["lives in Leeds"]
