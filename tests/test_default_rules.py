@@ -257,6 +257,14 @@ ZH_NOT_CAPTURED = [
     # someone else's words
     pytest.param("我同事觉得，我喜欢加班", id="zh-reported-thought"),
     pytest.param("他们都以为，我是程序员", id="zh-reported-belief"),
+    # a request asked as a proposal, a device's state, a question with a level or a count in it
+    pytest.param("我用Python写个爬虫，行不行", id="zh-proposal-question"),
+    pytest.param("手机用的好好的突然黑屏了", id="zh-device-state"),
+    pytest.param("车是租的", id="zh-device-rented"),
+    pytest.param("研究生在读的时候谁付学费", id="zh-school-reading-question"),
+    pytest.param("英语好的人都怎么背单词", id="zh-language-level-of-others"),
+    pytest.param("家里一个人都没有", id="zh-family-nobody-home"),
+    pytest.param("我们家两个月没交物业费了", id="zh-family-months"),
     # other people said as an explicit memory are still other people
     # about the assistant, not the user
     pytest.param("记住你叫小爱", id="zh-remember-your-name"),
@@ -328,6 +336,11 @@ ZH_NOT_CAPTURED = [
 # -- English: captured ------------------------------------------------------------------------
 
 EN_CAPTURED = [
+    # a household career, studies left, work said whole
+    _p("My father drove a car for NASCAR", FACT, 1, "their father drove a car for NASCAR", "en-household-career"),
+    _p("My mom taught math for 30 years", FACT, 1, "their mom taught math for 30 years", "en-household-taught-years"),
+    _p("I dropped out of college", FACT, 1, "dropped out of college", "en-school-left"),
+    _p("I work remotely", FACT, 1, "works remotely", "en-work-whole-verb"),
     # likes and dislikes
     _p("I really like bossa nova", PREF, 1, "likes bossa nova", "en-like"),
     _p("Um, actually I love hiking", PREF, 1, "likes hiking", "en-love-fillers"),
@@ -606,6 +619,16 @@ EN_NOT_CAPTURED = [
     pytest.param("I know he'd love the show they put on every weekend", id="en-habit-when-know"),
     pytest.param("She said, I hate cilantro", id="en-reported-speech"),
     pytest.param("He told the police, I live in Leeds", id="en-reported-told"),
+    # one day of someone else's, and errands said with a life event's verb
+    pytest.param("My brother played a prank on me", id="en-household-one-day-past"),
+    pytest.param("My husband drove the kids to school", id="en-household-errand"),
+    pytest.param("My mom lived with us for a month", id="en-household-lived-with-us"),
+    pytest.param("My son attends a birthday party on Saturday", id="en-household-one-day"),
+    pytest.param("I did not finish my homework", id="en-life-homework"),
+    pytest.param("I climbed the stairs", id="en-life-stairs"),
+    pytest.param("I retired the old laptop", id="en-life-retired-a-thing"),
+    pytest.param("I dropped out of the race", id="en-life-race"),
+    pytest.param("We just moved to the next question", id="en-live-next-question"),
 ]
 
 
