@@ -292,10 +292,11 @@ class Funnel:
 
     def _the_users(self, hits: list[_Hit]) -> list[_Hit]:
         """After a statement about someone else the pieces are theirs, until one says the user's subject
-        ("我老婆是老师，我是程序员"; not "我女儿在学钢琴，每周六上课", "有个女儿，今年上初一")."""
+        ("我老婆是老师，我是程序员"; not "我女儿在学钢琴，每周六上课", "有个女儿，今年上初一") or names
+        someone else of the household ("我老婆是老师，我儿子在上小学")."""
         kept, theirs = [], False
         for hit in hits:
-            if theirs and not self._says_the_user(hit.rule_file, hit.sentence):
+            if theirs and not hit.trigger.of_others and not self._says_the_user(hit.rule_file, hit.sentence):
                 continue
             kept.append(hit)
             theirs = hit.trigger.of_others

@@ -250,6 +250,7 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("宝宝八个月了，开始学爬了") == ["宝宝八个月"]
     assert said("我老婆是老师，我是程序员") == ["老婆是老师", "是程序员"]
     assert said("有个女儿，今年上初一") == ["有个女儿"]  # a later piece read first is still hers
+    assert said("我老婆是老师，我儿子在上小学") == ["老婆是老师", "儿子在上小学"]  # another of the household
     assert said("我老婆是老师，在医院上班，我是程序员") == ["老婆是老师", "是程序员"]
     assert said("My father is a farmer, im a teacher") == ["their father is a farmer", "is a teacher"]  # spelled out
     # the household statement marks the pieces after it as theirs; other subjects' do not
