@@ -10,7 +10,7 @@ import regex
 from . import defaults
 from .privacy import mask_pii
 from .rules import Gate, RuleFile, RuleSet, Trigger
-from .rules_grammar import lowered, negation_in, spelled_out, statement_form
+from .rules_grammar import lowered, negation_in, requires_met, spelled_out, statement_form
 from .summary import strip_edge_punct, summarize
 from .text import nfkc
 from .topics import TopicTagger
@@ -335,8 +335,7 @@ class Funnel:
             for trigger in rule_file.triggers:
                 if trigger.statement and not opens:
                     continue
-                read = low if trigger.statement else folded
-                if trigger.requires and not any(word in read for word in trigger.requires):
+                if not requires_met(trigger, low, folded):
                     continue
                 match = self._search(trigger, low if trigger.statement else sentence)
                 if match is not None and statement_form(trigger, match):

@@ -283,8 +283,9 @@ def _gate(node: dict, rule_id: str, section: str, path: str, report: Reporter) -
     if scope == "match" and "what" not in pattern.groupindex:
         report(node, rule_id, "a forget rule with scope 'match' needs a named group (?P<what>...)", key="pattern")
         return None
-    if "others" in node and (section != "negative" or not isinstance(node["others"], bool)):
-        report(node, rule_id, f"others is true or false, in negative rules only: {node['others']!r}", key="others")
+    if "others" in node and (section != "negative" or scope != "sentence" or not isinstance(node["others"], bool)):
+        report(node, rule_id, f"others is true or false, in negative rules of scope sentence only: {node['others']!r}",
+               key="others")
         return None
     return Gate(id=rule_id, pattern=pattern, reason=str(node.get("reason", section)), scope=scope, source=path,
                 examples=read_examples(node, rule_id, report), others=node.get("others", False))

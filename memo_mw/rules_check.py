@@ -6,7 +6,7 @@ from typing import Any
 
 import regex
 
-from .rules_grammar import statement_form
+from .rules_grammar import requires_met, statement_form
 from .rules_yaml import META_KEYS, Reporter
 
 #: A rule's ``examples``: the sentences it must match, those it must not, and the line of the rule.
@@ -67,12 +67,10 @@ def wrong_examples(path: str, rules: list[Any], spell=lambda sentence: sentence)
         where = f"{path}:{line}" if line else path
         for sentence, wanted in [(x, True) for x in should] + [(x, False) for x in should_not]:
             try:
-                requires = getattr(rule, "requires", ())  # (a trigger's words, as the funnel checks them)
-                statement = getattr(rule, "statement", False)
-                read = spell(sentence) if statement else sentence
+                read = spell(sentence) if getattr(rule, "statement", False) else sentence
                 match = rule.pattern.search(read, timeout=1.0)
-                found = match is not None and statement_form(rule, match) and (
-                    not requires or any(word in (read if statement else read.casefold()) for word in requires))
+                found = match is not None and statement_form(rule, match) and requires_met(rule, read,
+                                                                                            sentence.casefold())
             except TimeoutError:
                 problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "
                                 "(catastrophic backtracking?)")

@@ -56,6 +56,13 @@ def spelled_out(contracted: tuple[regex.Pattern, dict[str, str]] | None, sentenc
     return pattern.sub(lambda m: long_forms[m.group().casefold()], said)
 
 
+def requires_met(rule: Any, low: str, folded: str) -> bool:
+    """A rule's pre-check: one of its ``requires`` words is in what its pattern reads (a statement, the
+    lower-cased sentence with contractions spelled out, ``low``; any other rule, the casefolded sentence)."""
+    requires = getattr(rule, "requires", ())
+    return not requires or any(word in (low if getattr(rule, "statement", False) else folded) for word in requires)
+
+
 def lowered(text: str) -> str:
     """What a statement's pattern reads: ``text`` in lower case (word lists are matched as sets,
     without case folding in every pattern); ``text`` itself when lower case would change its length."""

@@ -34,8 +34,9 @@ def test_pure_python():
 #: other-person gates of both languages mirrored by hand; a statement's verbs as its `requires` (~3)
 #: took a third off the funnel's time. Whose a statement is (~25): the pieces after someone else's
 #: statement stay theirs whichever is read first, and a sentence that names no one goes on about
-#: whoever the sentence before named.
-MAX_LINES = 6262
+#: whoever the sentence before named. One pre-check of a rule's `requires` shared by the funnel
+#: and `rules check` (~6).
+MAX_LINES = 6268
 
 
 def test_the_package_stays_small():

@@ -140,7 +140,14 @@ CASES = [
           - id: x.others
             pattern: 'my brother'
             others: true
-        """, 4, "x.others", "others is true or false, in negative rules only"),
+        """, 4, "x.others", "others is true or false, in negative rules of scope sentence only"),
+    ("others_on_a_message_gate", """\
+        negative:
+          - id: x.others
+            pattern: 'my brother'
+            scope: message
+            others: true
+        """, 5, "x.others", "others is true or false, in negative rules of scope sentence only"),
     ("not_a_mapping", """\
         triggers:
           - just a string
