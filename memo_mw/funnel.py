@@ -306,7 +306,7 @@ class Funnel:
         """A clause that names no one goes on about whoever the clause before named: after "我爸身体不好。",
         "今年65了" is his age. Its hits are dropped until a clause names the user again."""
         kept, theirs = [], False
-        for clause, hits in read:
+        for clause, hits in read if any(hits for _, hits in read) else ():
             files = [f for f in self.rules.files if _applies(f, clause)]
             if any(self._says_the_user(f, clause) for f in files):
                 theirs = False
