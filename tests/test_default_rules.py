@@ -629,6 +629,7 @@ EN_NOT_CAPTURED = [
     pytest.param("I retired the old laptop", id="en-life-retired-a-thing"),
     pytest.param("I dropped out of the race", id="en-life-race"),
     pytest.param("We just moved to the next question", id="en-live-next-question"),
+    pytest.param("Recently, I'm learning a new skill but finding it difficult", id="en-vague-new-skill"),
 ]
 
 
