@@ -341,6 +341,10 @@ EN_CAPTURED = [
     _p("My mom taught math for 30 years", FACT, 1, "their mom taught math for 30 years", "en-household-taught-years"),
     _p("I dropped out of college", FACT, 1, "dropped out of college", "en-school-left"),
     _p("I work remotely", FACT, 1, "works remotely", "en-work-whole-verb"),
+    _p("Next summer we're going to Japan for three weeks", COMMIT, 1, "is going to Japan for three weeks",
+       "en-plan-date-first"),
+    _p("Jazz on vinyl is pretty much my favourite way to spend a Sunday", PREF, 1, "loves Jazz on vinyl",
+       "en-passion-favourite-way"),
     # likes and dislikes
     _p("I really like bossa nova", PREF, 1, "likes bossa nova", "en-like"),
     _p("Um, actually I love hiking", PREF, 1, "likes hiking", "en-love-fillers"),
