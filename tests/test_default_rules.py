@@ -57,6 +57,8 @@ ZH_CAPTURED = [
     _p("我有一个妹妹", FACT, 1, "有一个妹妹", "zh-have-kin"),
     _p("我是在东北长大的", FACT, 1, "来自东北", "zh-grew-up-in"),
     _p("我是程序员，90后", FACT, 1, "是程序员", "zh-cohort-after-the-user"),
+    _p("我大学学的计算机", FACT, 1, "专业是计算机", "zh-major-no-shi"),
+    _p("我做了五年销售", FACT, 1, "做了五年销售", "zh-duration-years-first"),
     # likes and dislikes
     _p("我觉得吧，那个，其实我挺喜欢喝乌龙茶的", PREF, 1, "喜欢喝乌龙茶", "zh-like-fillers"),
     _p("我爱吃火锅", PREF, 1, "喜欢吃火锅", "zh-love-eat"),
@@ -167,7 +169,7 @@ ZH_CAPTURED = [
     _p("我骑自行车上班", FACT, 1, "骑自行车上班", "zh-commute"),
     _p("我和两个朋友合租", FACT, 1, "和两个朋友合租", "zh-live-how"),
     _p("我家住在三楼", FACT, 1, "住在三楼", "zh-home-floor"),
-    _p("我本科学的是法律", FACT, 1, "学的是法律", "zh-mine-major"),
+    _p("我本科学的是法律", FACT, 1, "专业是法律", "zh-major-level-first"),
     _p("我这人特别怕热", PREF, -1, "怕热", "zh-this-person-fears"),
     _p("我最怕的就是打针", PREF, -1, "怕打针", "zh-fear-most"),
     _p("我在健身", FACT, 1, "在健身", "zh-ongoing-bare"),
