@@ -308,10 +308,10 @@ class Funnel:
         kept, theirs = [], False
         for clause, hits in read if any(hits for _, hits in read) else ():
             files = [f for f in self.rules.files if _applies(f, clause)]
-            if any(self._says_the_user(f, clause) for f in files):
+            if any(self._gate_hit([g for g in self._negative_sentence[id(f)] if g.others], clause) for f in files):
+                theirs = True  # "我同事是湖南人。", before 我 is read as the user
+            elif any(self._says_the_user(f, clause) for f in files):
                 theirs = False
-            elif any(self._gate_hit([g for g in self._negative_sentence[id(f)] if g.others], clause) for f in files):
-                theirs = True
             elif theirs:
                 hits = [hit for hit in hits if self._says_the_user(hit.rule_file, hit.sentence)]
             kept += hits

@@ -120,8 +120,10 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
         if users:
             subjects += named
             unnamed += [s for s in own if s not in named]
-        else:
+        elif node.get("others"):  # a person ("老婆"), not a time or place ("平时", "家里")
             theirs += own
+        else:
+            unnamed += own
         if bare:
             bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
     if isinstance(unsaid, list) and (unknown := set(unsaid) - {n["id"] for n in nodes}):

@@ -287,6 +287,8 @@ def test_a_sentence_that_names_no_one_goes_on_about_the_one_before():
 
     assert said("今年35了") == ["35岁"]
     assert said("我爸身体不好。今年65了") == []  # his age
+    assert said("我同事是湖南人。喜欢吃辣") == []  # someone else, though named after 我
+    assert said("我老婆是老师。我平时喜欢跑步") == ["老婆是老师", "喜欢跑步"]  # 我平时: the user, at a time
     assert said("我爸身体不好。我今年35了") == ["35岁"]  # the user named again
     assert said("我叫小王。今年35了") == ["名字叫小王", "35岁"]
     assert said("My brother is a doctor. I am a nurse.") == ["their brother is a doctor", "is a nurse"]
