@@ -318,6 +318,7 @@ class Funnel:
         return kept
 
     def _says_the_user(self, rule_file: RuleFile, text: str) -> bool:
+        """The text opens on the user's own subject (the grammar opening's ``said`` group)."""
         said = lowered(spelled_out(rule_file.contractions, text))  # read as _trigger reads it
         opened = rule_file.opening is not None and self._search(rule_file.opening, said)
         return bool(opened) and opened.group("said") is not None
