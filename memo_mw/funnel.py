@@ -130,6 +130,7 @@ class Funnel:
         negative, sensitive = rules.gates("negative"), rules.gates("sensitive")
         self._negative_message = [g for g in negative if g.scope == "message"]
         self._negative_sentence = {id(f): [g for g in f.negative if g.scope == "sentence"] for f in rules.files}
+        self._others_sentence = {key: [g for g in gates if g.others] for key, gates in self._negative_sentence.items()}
         self._sensitive_message = [g for g in sensitive if g.scope == "message"]
         self._sensitive_sentence = [g for g in sensitive if g.scope == "sentence"]
 
@@ -264,7 +265,7 @@ class Funnel:
         gates = self._negative_sentence[id(hit.rule_file)]
         stop = self._gate_hit([g for g in gates if not g.others], hit.statement)
         if stop is None and not (hit.trigger.of_others or hit.trigger.explicit):
-            stop = self._gate_hit([g for g in gates if g.others], hit.sentence)
+            stop = self._gate_hit(self._others_sentence[id(hit.rule_file)], hit.sentence)
         return stop
 
     def _hits(self, clause: str, statement: str, whole: str) -> list[_Hit]:
@@ -305,10 +306,12 @@ class Funnel:
     def _continued(self, read: list[tuple[str, list[_Hit]]]) -> list[_Hit]:
         """A clause that names no one goes on about whoever the clause before named: after "我爸身体不好。",
         "今年65了" is his age. Its hits are dropped until a clause names the user again."""
+        if not any(hits for _, hits in read):
+            return []
         kept, theirs = [], False
-        for clause, hits in read if any(hits for _, hits in read) else ():
+        for clause, hits in read:
             files = [f for f in self.rules.files if _applies(f, clause)]
-            if any(self._gate_hit([g for g in self._negative_sentence[id(f)] if g.others], clause) for f in files):
+            if any(self._gate_hit(self._others_sentence[id(f)], clause) for f in files):
                 theirs = True  # "我同事是湖南人。", before 我 is read as the user
             elif any(self._says_the_user(f, clause) for f in files):
                 theirs = False

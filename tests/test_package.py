@@ -36,7 +36,7 @@ def test_pure_python():
 #: statement stay theirs whichever is read first, and a sentence that names no one goes on about
 #: whoever the sentence before named. One pre-check of a rule's `requires` shared by the funnel
 #: and `rules check` (~6); only a statement about someone else names another person (~2).
-MAX_LINES = 6271
+MAX_LINES = 6274
 
 
 def test_the_package_stays_small():
