@@ -102,14 +102,19 @@ class _Hit:
     statement: str = ""  # the statement the clause is part of: what the negative gates read
     whole: str = ""  # the sentence: what the sensitive gates read
     touched: tuple[int, int] = (0, 1)  # the first and past-the-last comma piece of the sentence the match read
+    read: str = ""  # the touched pieces up to the match's end: all a statement about others keeps
 
 
-def _touched(text: str, match: regex.Match) -> tuple[int, int]:
-    """The comma pieces of ``text`` the match reads, from its first named group: a lead-in before it (a
-    statement's "我是做前端的，", a pattern's own "^(?:[^,]{1,30},)?") is left for the other rules."""
+def _touched(text: str, match: regex.Match) -> tuple[tuple[int, int], str]:
+    """The comma pieces of ``text`` the match reads, from its first named group (a lead-in before it, a
+    statement's "我是做前端的，", a pattern's own "^(?:[^,]{1,30},)?", is left for the other rules), and the
+    text from the first of them to the match's end."""
     start = min((match.start(g) for g in match.re.groupindex if match.start(g) >= 0), default=match.start())
-    hit = [i for i, piece in enumerate(_PIECE.finditer(text)) if piece.start() < match.end() and piece.end() > start]
-    return (hit[0], hit[-1] + 1) if hit else (0, 1)
+    hit = [(i, piece.start()) for i, piece in enumerate(_PIECE.finditer(text))
+           if piece.start() < match.end() and piece.end() > start]
+    if not hit:
+        return (0, 1), text[start:match.end()].strip()
+    return (hit[0][0], hit[-1][0] + 1), text[hit[0][1]:match.end()].strip()
 
 
 def clauses(text: str) -> list[tuple[str, str, str]]:
@@ -221,7 +226,7 @@ class Funnel:
     def _capture(self, text: str, sentences: list[tuple[str, str, str]], trace: list[tuple[str, str]]
                  ) -> tuple[str, list[Candidate]]:
         """Trigger, length, negative, sensitive and compression stages over the given clauses."""
-        hits = self._continued([(parts[0], self._hits(*parts)) for parts in sentences])
+        hits = self._the_users([(parts[0], self._hits(*parts)) for parts in sentences])
         if not hits:
             trace.append(("trigger", "no trigger matched"))
             return "no_trigger", []
@@ -289,42 +294,38 @@ class Funnel:
             todo.append((lo, first, True))
             if last < hi:
                 todo.append((last, hi, True))
-        return self._the_users([hit for _, hit in sorted(found, key=lambda pair: pair[0])])
+        return [hit for _, hit in sorted(found, key=lambda pair: pair[0])]
 
-    def _the_users(self, hits: list[_Hit]) -> list[_Hit]:
-        """After a statement about someone else the pieces are theirs, until one says the user's subject
-        ("我老婆是老师，我是程序员"; not "我女儿在学钢琴，每周六上课", "有个女儿，今年上初一") or names
-        someone else of the household ("我老婆是老师，我儿子在上小学")."""
-        kept, theirs = [], False
-        for hit in hits:
-            if theirs and not hit.trigger.of_others and not self._says_the_user(hit.rule_file, hit.sentence):
-                continue
-            kept.append(hit)
-            theirs = hit.trigger.of_others
-        return kept
-
-    def _continued(self, read: list[tuple[str, list[_Hit]]]) -> list[_Hit]:
-        """A clause that names no one goes on about whoever the clause before named: after "我爸身体不好。",
-        "今年65了" is his age. Its hits are dropped until a clause names the user again."""
-        if not any(hits for _, hits in read):
-            return []
+    def _the_users(self, read: list[tuple[str, list[_Hit]]]) -> list[_Hit]:
+        """The hits of the clauses, in order, less those about someone else. Once someone else is named (a
+        trigger or statement marked `others: true`, or a gate marked so), what follows is theirs until a piece
+        or a clause names the user again: "我女儿在学钢琴，每周六上课", "有个女儿。今年上初一" and "我爸身体不好。
+        今年65了" keep no lesson, grade or age; "我老婆是老师，我是程序员" keeps both, and another of the
+        household is named anew ("我老婆是老师，我儿子在上小学"). A hit that meets such a gate is kept for
+        the negative stage to stop, with its reason."""
         kept, theirs = [], False
         for clause, hits in read:
             files = [f for f in self.rules.files if _applies(f, clause)]
             if any(self._gate_hit(self._others_sentence[id(f)], clause) for f in files):
-                theirs = True  # "我同事是湖南人。", before 我 is read as the user
+                theirs = True  # "我同事是湖南人。": 我 is not the user here
             elif any(self._says_the_user(f, clause) for f in files):
                 theirs = False
-            elif theirs:
-                hits = [hit for hit in hits if self._says_the_user(hit.rule_file, hit.sentence)]
-            kept += hits
+            for hit in hits:
+                others = hit.trigger.of_others or self._gate_hit(self._others_sentence[id(hit.rule_file)],
+                                                                 hit.sentence) is not None
+                if theirs and not others and not self._says_the_user(hit.rule_file, hit.sentence):
+                    continue
+                kept.append(hit)
+                theirs = others
         return kept
 
     def _says_the_user(self, rule_file: RuleFile, text: str) -> bool:
-        """The text opens on the user's own subject (the grammar opening's ``said`` group)."""
-        said = lowered(spelled_out(rule_file.contractions, text))  # read as _trigger reads it
-        opened = rule_file.opening is not None and self._search(rule_file.opening, said)
-        return bool(opened) and opened.group("said") is not None
+        """The text opens on the user's own subject (the grammar opening's ``said`` group). A file with no
+        grammar reads no subjects: what it matches is the user's."""
+        if rule_file.opening is None:
+            return True
+        opened = self._search(rule_file.opening, lowered(spelled_out(rule_file.contractions, text)))
+        return opened is not None and opened.group("said") is not None
 
     def _trigger(self, sentence: str, statement: str = "", whole: str = "") -> _Hit | None:
         """The first trigger, in file order, that matches the sentence. The grammar's triggers read
@@ -348,7 +349,7 @@ class Funnel:
                               for name in match.re.groupindex} if trigger.statement else match.groupdict()
                     groups.setdefault("neg", negation_in(trigger, match) if trigger.statement else None)
                     return _Hit(sentence, trigger, groups, rule_file, statement or sentence, whole or sentence,
-                                _touched(said if trigger.statement else sentence, match))
+                                *_touched(said if trigger.statement else sentence, match))
         return None
 
     def _compress(self, hit: _Hit) -> Candidate | None:
@@ -356,7 +357,9 @@ class Funnel:
         if said is None:
             return None
         content, key = said
-        return Candidate(type=trigger.type, key=key, polarity=trigger.polarity, content=content, excerpt=hit.sentence,
+        # What someone else did or said stays out: of a statement about them the excerpt is what the rule read.
+        excerpt = hit.read if trigger.of_others and hit.read else hit.sentence
+        return Candidate(type=trigger.type, key=key, polarity=trigger.polarity, content=content, excerpt=excerpt,
                          rule_id=trigger.id, confidence=trigger.confidence, ttl_days=trigger.ttl_days,
                          language=hit.rule_file.language, topics=sorted(self.topics.tag(f"{content} {hit.sentence}")))
 

@@ -11,7 +11,7 @@ from .rules_yaml import Reporter, compile_pattern, mapping_of, unknown_keys
 
 PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
 GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before",
-                          "unstated_subject"})
+                          "unstated_subject", "unstated_is_user"})
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
                             "ttl_days", "examples", "negated", "object", "not_objects", "others"})
 NEGATED_KEYS = frozenset({"summary", "polarity", "key", "type", "confidence", "examples"})
@@ -102,10 +102,7 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     start, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
     openers = rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}" if parts["openers"] else ""
     opening = start + openers
-    # An unsaid subject ("周末喜欢去爬山", "love a good thriller") is the user's where a sentence starts, after openers.
-    unsaid = grammar.get("unstated_subject", False)
-    if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
-        report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
+    unsaid, said_bare = _unsaid(grammar, report)
     nodes, subjects, theirs, unnamed, bare_verbs = [], list(parts["subjects"]), [], [], []
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
@@ -133,7 +130,7 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
                                  for group, name in ((subjects, "subjects"), (theirs, "theirs"), (unnamed, "unnamed")))
     mods = words(parts["adverbs"] + parts["negations"], "mods", lists)  # then adverbs and one of those verbs:
     bare = (rf"|^[\s\p{{P}}]*{openers}(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
-            rf"{words(bare_verbs, 'bare_verbs', lists)}") if bare_verbs else ""
+            rf"{words(bare_verbs, 'bare_verbs', lists)}{said_bare}") if bare_verbs else ""
     # said: the user is named. The fewest openers first, so that "我今年…" names 我 and "我老婆…" does not.
     said = rf"{start}{openers and openers + '?'}(?:(?P<said>{subjects})(?!{theirs})|{theirs}|{unnamed}){bare}"
     opener = compile_pattern(said, "grammar.subjects", grammar, report, key="subjects", lists=lists)
@@ -141,6 +138,19 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     latin = [rf"(?<![\w-]){regex.escape(n)}(?![\w-])" if n.isascii() else regex.escape(n) for n in negations]
     negation = regex.compile("|".join(latin)) if latin else None
     return nodes, opener, negation
+
+
+def _unsaid(grammar: dict, report: Reporter) -> tuple[bool | list, str]:
+    """``unstated_subject``: an unsaid subject ("周末喜欢去爬山", "love a good thriller") is the user's where a
+    sentence starts, after openers (true, or the ids of the statements that read it so); and, with
+    ``unstated_is_user: true``, the empty ``said`` group that makes such a sentence name the user even
+    after someone else was named ("My dad loves golf. Love jazz")."""
+    unsaid = grammar.get("unstated_subject", False)
+    if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
+        report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
+    if not isinstance(grammar.get("unstated_is_user", False), bool):
+        report(grammar, None, "unstated_is_user must be true or false", key="unstated_is_user")
+    return unsaid, "(?P<said>)" if grammar.get("unstated_is_user") is True else ""
 
 
 def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,

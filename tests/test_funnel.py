@@ -250,6 +250,8 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("宝宝八个月了，开始学爬了") == ["宝宝八个月"]
     assert said("我老婆是老师，我是程序员") == ["老婆是老师", "是程序员"]
     assert said("有个女儿，今年上初一") == ["有个女儿"]  # a later piece read first is still hers
+    # of a statement about someone else the excerpt is what the rule read, not what they did
+    assert [(c.content, c.excerpt) for c in funnel.process("我老公做的红烧肉超级好吃").candidates] == [("有老公", "我老公")]
     assert said("我老婆是老师，我儿子在上小学") == ["老婆是老师", "儿子在上小学"]  # another of the household
     assert said("我老婆是老师，在医院上班，我是程序员") == ["老婆是老师", "是程序员"]
     assert said("My father is a farmer, im a teacher") == ["their father is a farmer", "is a teacher"]  # spelled out
@@ -292,6 +294,11 @@ def test_a_sentence_that_names_no_one_goes_on_about_the_one_before():
     assert said("我爸身体不好。我今年35了") == ["35岁"]  # the user named again
     assert said("我叫小王。今年35了") == ["名字叫小王", "35岁"]
     assert said("My brother is a doctor. I am a nurse.") == ["their brother is a doctor", "is a nurse"]
+    # a statement about someone else names them whatever comes before it, in any sentence
+    assert said("你知道吗，我老婆是老师。喜欢跑步") == ["老婆是老师"]
+    assert said("我有个女儿。今年上初一") == ["有个女儿"]
+    # English that leaves the subject out means the speaker (en.yaml: unstated_is_user)
+    assert said("My dad loves golf. Love jazz") == ["likes jazz"]
 
 
 def test_someone_elses_words_are_not_the_users():

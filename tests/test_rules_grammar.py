@@ -161,6 +161,20 @@ def test_an_unstated_subject_is_the_users_where_a_sentence_starts(tmp_path, text
     assert any("unstated_subject must be true, false or a list of statement ids" in p for p in check_rules(str(path)))
 
 
+def test_an_unstated_subject_after_someone_else_is_theirs_unless_the_grammar_says_it_is_the_users(tmp_path):
+    path = tmp_path / "z.yaml"
+    text = textwrap.dedent(UNSAID).replace("summary: '老公是{what}'", "summary: '老公是{what}'\n      others: true")
+    path.write_text(text, encoding="utf-8")
+    assert said(Funnel(load_rules(str(path))), "老公是老师。特别喜欢猫") == [("z.kin", 1, "老公是老师")]
+    path.write_text(text.replace("unstated_subject: true", "unstated_subject: true\n  unstated_is_user: true"),
+                    encoding="utf-8")
+    assert said(Funnel(load_rules(str(path))), "老公是老师。特别喜欢猫") == [("z.kin", 1, "老公是老师"),
+                                                                   ("z.like", 1, "喜欢猫")]
+    path.write_text(text.replace("unstated_subject: true", "unstated_subject: true\n  unstated_is_user: yes please"),
+                    encoding="utf-8")
+    assert any("unstated_is_user must be true or false" in p for p in check_rules(str(path)))
+
+
 def test_an_unstated_subject_may_be_for_the_statements_listed(rules_path):
     text = rules_path.read_text(encoding="utf-8").replace("before: t.remind", "before: t.remind\n  unstated_subject: [g.like]")
     rules_path.write_text(text, encoding="utf-8")
