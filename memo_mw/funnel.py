@@ -36,7 +36,9 @@ _STATEMENTS = regex.compile(
     r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
     # a last question, unless it is a tag on the statement itself ("I love jazz, don't I?")
     r"|[,，]\s*+(?!(?:do|am|are|did|have|can|will|would|was)(?:n't|n’t| not)?\s+I\s*[?？])"
-    r"(?=[^,，.。!！?？;；\n]{0,60}(?:[?？]|[吗呢嘛]|怎么办|咋办|怎么弄|怎么样)\s*$)",
+    r"(?=[^,，.。!！?？;；\n]{0,60}(?:[?？]|[吗呢嘛]|怎么办|咋办|怎么弄|怎么样)\s*$"
+    # a tag question (好不好, 行不行) asks about its own piece: "我喜欢吃辣，推荐个餐厅好不好"; a bare tag asks about it all
+    r"|[^,，.。!！?？;；\n]{1,60}(?:好不好|行不行|对不对|可不可以)\s*$)",
     regex.IGNORECASE | regex.V1,
 )
 # A compound subject stays whole: "My wife and I live in Oslo".

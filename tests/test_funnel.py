@@ -241,6 +241,8 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("I love hiking, swimming, and reading") == ["likes hiking"]
     # a last question ending in 吗 is its own statement, so the question gate leaves the rest
     assert said("十月份要去日本自由行，签证现在好办吗") == ["十月份去日本自由行"]
+    assert said("我喜欢吃辣，推荐个餐厅好不好") == ["喜欢吃辣"]  # a tag question asks about its own piece
+    assert funnel.process("我想学吉他，好不好").stage == "negative"  # a bare tag asks about it all
     # each memory's excerpt is its own pieces, as typed; a lead-in of a plain pattern is left too
     assert [c.excerpt for c in funnel.process("I'm Tom, I'm from Leeds").candidates] == ["I'm Tom", "I'm from Leeds"]
     assert said("I live in Leeds, my main hobby is knitting") == ["lives in Leeds", "main hobby is knitting"]
