@@ -342,7 +342,7 @@ class Funnel:
             for trigger in rule_file.triggers:
                 if trigger.statement and not opens:
                     continue
-                if not requires_met(trigger, low, folded):
+                if not requires_met(trigger, low=low, folded=folded):
                     continue
                 match = self._search(trigger, low if trigger.statement else sentence)
                 if match is not None and statement_form(trigger, match):

@@ -69,8 +69,8 @@ def wrong_examples(path: str, rules: list[Any], spell=lambda sentence: sentence)
             try:
                 read = spell(sentence) if getattr(rule, "statement", False) else sentence
                 match = rule.pattern.search(read, timeout=1.0)
-                found = match is not None and statement_form(rule, match) and requires_met(rule, read,
-                                                                                            sentence.casefold())
+                found = (match is not None and statement_form(rule, match)
+                         and requires_met(rule, low=read, folded=sentence.casefold()))
             except TimeoutError:
                 problems.append(f"{where}: {rule.id}: pattern timed out on example {sentence!r} "
                                 "(catastrophic backtracking?)")

@@ -56,7 +56,7 @@ def spelled_out(contracted: tuple[regex.Pattern, dict[str, str]] | None, sentenc
     return pattern.sub(lambda m: long_forms[m.group().casefold()], said)
 
 
-def requires_met(rule: Any, low: str, folded: str) -> bool:
+def requires_met(rule: Any, *, low: str, folded: str) -> bool:
     """A rule's pre-check: one of its ``requires`` words is in what its pattern reads (a statement, the
     lower-cased sentence with contractions spelled out, ``low``; any other rule, the casefolded sentence)."""
     requires = getattr(rule, "requires", ())
@@ -170,7 +170,7 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
     stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""
-    what = node.get("object", grammar.get("object", ".{1,60}"))
+    what = str(node.get("object", "{object}")).replace("{object}", grammar.get("object", ".{1,60}"))  # the grammar's
     tail = rf"(?P<verb>{words(verbs, 'verbs', lists)})\s*+{stop}(?P<what>{what})"
     # One pattern for both forms, one run of adverbs and negations: the funnel finds the negation in
     # {how} and tells the forms apart by it (a word list costs memory in every pattern that uses it).

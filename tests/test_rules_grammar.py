@@ -175,6 +175,15 @@ def test_an_unstated_subject_after_someone_else_is_theirs_unless_the_grammar_say
     assert any("unstated_is_user must be true or false" in p for p in check_rules(str(path)))
 
 
+def test_a_statements_own_object_may_name_the_grammars(tmp_path):
+    path = tmp_path / "z.yaml"
+    path.write_text(textwrap.dedent(UNSAID).replace("verbs: [喜欢]", "verbs: [喜欢]\n      object: '(?=猫){object}'"),
+                    encoding="utf-8")
+    funnel = Funnel(load_rules(str(path)))
+    assert said(funnel, "我很喜欢猫咪") == [("z.like", 1, "喜欢猫咪")]
+    assert said(funnel, "我很喜欢狗") == []
+
+
 def test_an_unstated_subject_may_be_for_the_statements_listed(rules_path):
     text = rules_path.read_text(encoding="utf-8").replace("before: t.remind", "before: t.remind\n  unstated_subject: [g.like]")
     rules_path.write_text(text, encoding="utf-8")
