@@ -239,6 +239,8 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("我喜欢喝美式咖啡，不加糖") == ["喜欢喝美式咖啡,不加糖"]
     assert said("我养了一只猫，叫咪咪") == ["养一只猫"]
     assert said("I love hiking, swimming, and reading") == ["likes hiking"]
+    # a verb keeps its case past its first word, read in lower case as it is
+    assert said("I work in IT") == ["works in IT"] and said("I climbed Mount Fuji") == ["climbed Mount Fuji"]
     # a last question ending in 吗 is its own statement, so the question gate leaves the rest
     assert said("十月份要去日本自由行，签证现在好办吗") == ["十月份去日本自由行"]
     assert said("我喜欢吃辣，推荐个餐厅好不好") == ["喜欢吃辣"]  # a tag question asks about its own piece
