@@ -278,11 +278,12 @@ class Funnel:
     def _hits(self, clause: str, statement: str, whole: str) -> list[_Hit]:
         """The triggers the clause meets, in its order: after a match, the comma pieces it left before
         and after it are read again, and a run of them that meets none is read again without its first
-        piece."""
+        piece; so is the clause, when it meets none and opens on the user ("我以前很喜欢喝奶茶，现在改喝茶了")."""
         spans = [piece.span() for piece in _PIECE.finditer(clause)]
         if len(spans) > MAX_PIECES:  # a paste: read once, as a whole
             return [hit] if (hit := self._trigger(clause, statement, whole)) else []
-        found, todo = [], [(0, len(spans), False)]  # runs of pieces to read: first, past-the-last, again?
+        opens = bool(spans) and self._names_the_user(clause[spans[0][0]:spans[0][1]])
+        found, todo = [], [(0, len(spans), opens)]  # runs of pieces to read: first, past-the-last, again?
         while todo:
             lo, hi, again = todo.pop()
             hit = self._trigger(clause[spans[lo][0]:spans[hi - 1][1]].strip(), statement, whole) if lo < hi else None
@@ -310,7 +311,7 @@ class Funnel:
             files = [f for f in self.rules.files if _applies(f, clause)]
             if any(self._gate_hit(self._others_sentence[id(f)], clause) for f in files):
                 theirs = True  # "我同事是湖南人。": 我 is not the user here
-            elif any(self._says_the_user(f, clause) for f in files):
+            elif self._names_the_user(clause):
                 theirs = False
             for hit in hits:
                 others = hit.trigger.of_others or self._gate_hit(self._others_sentence[id(hit.rule_file)],
@@ -320,6 +321,10 @@ class Funnel:
                 kept.append(hit)
                 theirs = others
         return kept
+
+    def _names_the_user(self, text: str) -> bool:
+        """The text opens on the user's own subject, as any rule file that applies to it reads it."""
+        return any(self._says_the_user(f, text) for f in self.rules.files if _applies(f, text))
 
     def _says_the_user(self, rule_file: RuleFile, text: str) -> bool:
         """The text opens on the user's own subject (the grammar opening's ``said`` group). A file with no

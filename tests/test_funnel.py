@@ -248,6 +248,10 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     # each memory's excerpt is its own pieces, as typed; a lead-in of a plain pattern is left too
     assert [c.excerpt for c in funnel.process("I'm Tom, I'm from Leeds").candidates] == ["I'm Tom", "I'm from Leeds"]
     assert said("I live in Leeds, my main hobby is knitting") == ["lives in Leeds", "main hobby is knitting"]
+    # a clause with no statement that opens on the user is read again without its first piece; not one
+    # that opens on someone or something else
+    assert said("我以前很喜欢喝奶茶，现在戒了，改喝无糖的茶了") == ["改喝无糖的茶"]
+    assert said("还好，巴爷非常听话，也很喜欢洗澡") == []
     # a run of pieces with no statement is read again without its first piece
     assert said("I'm a nurse, it rained a lot, the bus was late, I live in Leeds") == ["is a nurse", "lives in Leeds"]
     # the pieces after a statement about someone else are theirs, until the user is named again
