@@ -304,14 +304,14 @@ class Funnel:
         trigger or statement marked `others: true`, or a gate marked so), what follows is theirs until a piece
         or a clause names the user again: "我女儿在学钢琴，每周六上课", "有个女儿。今年上初一" and "我爸身体不好。
         今年65了" keep no lesson, grade or age; "我老婆是老师，我是程序员" keeps both, and another of the
-        household is named anew ("我老婆是老师，我儿子在上小学"). A hit that meets such a gate is kept for
-        the negative stage to stop, with its reason."""
+        household is named anew ("我老婆是老师，我儿子在上小学"). The hits of a clause that meets such a gate
+        are the negative stage's to judge (it reads their pieces: "My kids are grown, my hobby is gardening"),
+        and the clauses after it are theirs ("我同事是湖南人。喜欢吃辣")."""
         kept, theirs = [], False
         for clause, hits in read:
             files = [f for f in self.rules.files if _applies(f, clause)]
-            if any(self._gate_hit(self._others_sentence[id(f)], clause) for f in files):
-                theirs = True  # "我同事是湖南人。": 我 is not the user here
-            elif self._names_the_user(clause):
+            gated = any(self._gate_hit(self._others_sentence[id(f)], clause) for f in files)
+            if gated or self._names_the_user(clause):
                 theirs = False
             for hit in hits:
                 others = hit.trigger.of_others or self._gate_hit(self._others_sentence[id(hit.rule_file)],
@@ -320,11 +320,12 @@ class Funnel:
                     continue
                 kept.append(hit)
                 theirs = others
+            theirs = theirs or gated
         return kept
 
     def _names_the_user(self, text: str) -> bool:
-        """The text opens on the user's own subject, as any rule file that applies to it reads it."""
-        return any(self._says_the_user(f, text) for f in self.rules.files if _applies(f, text))
+        """The text opens on the user's own subject, as any grammar that applies to it reads it."""
+        return any(self._says_the_user(f, text) for f in self.rules.files if f.opening and _applies(f, text))
 
     def _says_the_user(self, rule_file: RuleFile, text: str) -> bool:
         """The text opens on the user's own subject (the grammar opening's ``said`` group). A file with no

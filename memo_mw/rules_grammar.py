@@ -102,8 +102,8 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     start, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
     openers = rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}" if parts["openers"] else ""
     opening = start + openers
-    unsaid, said_bare = _unsaid(grammar, report)
-    nodes, subjects, theirs, unnamed, bare_verbs = [], list(parts["subjects"]), [], [], []
+    unsaid, is_user = _unsaid(grammar, report)
+    nodes, subjects, theirs, unnamed, bare_verbs, user_verbs = [], list(parts["subjects"]), [], [], [], []
     for index, node in enumerate(grammar.get("statements") or []):
         if not isinstance(node, dict) or not isinstance(node.get("id"), str):
             report(grammar, None, f"statements[{index}] must be a mapping with an id", key="statements")
@@ -122,15 +122,18 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
         else:
             unnamed += own
         if bare:
-            bare_verbs += [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
+            verbs = [v for v in node.get("verbs") or [] if isinstance(v, str) and v.strip()]
+            bare_verbs += verbs
+            user_verbs += verbs if is_user is True or isinstance(is_user, list) and node["id"] in is_user else []
     if isinstance(unsaid, list) and (unknown := set(unsaid) - {n["id"] for n in nodes}):
         report(grammar, None, f"unstated_subject names no statement: {', '.join(sorted(unknown))}",
                key="unstated_subject")
     subjects, theirs, unnamed = (words([s for s in group if isinstance(s, str) and s.strip()], name, lists)
                                  for group, name in ((subjects, "subjects"), (theirs, "theirs"), (unnamed, "unnamed")))
     mods = words(parts["adverbs"] + parts["negations"], "mods", lists)  # then adverbs and one of those verbs:
-    bare = (rf"|^[\s\p{{P}}]*{openers}(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}"
-            rf"{words(bare_verbs, 'bare_verbs', lists)}{said_bare}") if bare_verbs else ""
+    bare = "".join(rf"|^[\s\p{{P}}]*{openers}(?:{mods}[\s,]*){{0,{MAX_ADVERBS + 1}}}{words(verbs, name, lists)}{said}"
+                   for verbs, name, said in ((user_verbs, "user_verbs", "(?P<said>)"), (bare_verbs, "bare_verbs", ""))
+                   if verbs)
     # said: the user is named. The fewest openers first, so that "我今年…" names 我 and "我老婆…" does not.
     said = rf"{start}{openers and openers + '?'}(?:(?P<said>{subjects})(?!{theirs})|{theirs}|{unnamed}){bare}"
     opener = compile_pattern(said, "grammar.subjects", grammar, report, key="subjects", lists=lists)
@@ -140,17 +143,18 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     return nodes, opener, negation
 
 
-def _unsaid(grammar: dict, report: Reporter) -> tuple[bool | list, str]:
+def _unsaid(grammar: dict, report: Reporter) -> tuple[bool | list, bool | list]:
     """``unstated_subject``: an unsaid subject ("周末喜欢去爬山", "love a good thriller") is the user's where a
-    sentence starts, after openers (true, or the ids of the statements that read it so); and, with
-    ``unstated_is_user: true``, the empty ``said`` group that makes such a sentence name the user even
-    after someone else was named ("My dad loves golf. Love jazz")."""
+    sentence starts, after openers (true, or the ids of the statements that read it so); and
+    ``unstated_is_user``: the statements (true: all of those) whose verbs, so said, name the user even after
+    someone else was named ("My dad loves golf. Love jazz"; not "My grandpa was a farmer. Grew up in Kansas")."""
     unsaid = grammar.get("unstated_subject", False)
     if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
         report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
-    if not isinstance(grammar.get("unstated_is_user", False), bool):
-        report(grammar, None, "unstated_is_user must be true or false", key="unstated_is_user")
-    return unsaid, "(?P<said>)" if grammar.get("unstated_is_user") is True else ""
+    is_user = grammar.get("unstated_is_user", False)
+    if not isinstance(is_user, bool) and not (isinstance(is_user, list) and all(isinstance(i, str) for i in is_user)):
+        report(grammar, None, "unstated_is_user must be true, false or a list of statement ids", key="unstated_is_user")
+    return unsaid, is_user
 
 
 def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,

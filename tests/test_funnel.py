@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from memo_mw.funnel import Funnel
-from memo_mw.rules import load_rules
+from memo_mw.rules import default_rule_paths, load_rules
 
 
 def funnel_of(tmp_path, **files: str) -> Funnel:
@@ -307,6 +307,17 @@ def test_a_sentence_that_names_no_one_goes_on_about_the_one_before():
     assert said("我有个女儿。今年上初一") == ["有个女儿"]
     # English that leaves the subject out means the speaker (en.yaml: unstated_is_user)
     assert said("My dad loves golf. Love jazz") == ["likes jazz"]
+    assert said("My grandpa was a farmer. Grew up in Kansas") == ["their grandpa was a farmer"]  # not a liking
+    # in a clause that opens on someone else, the user's own pieces stay the user's
+    assert said("My kids are grown, my favourite hobby is gardening") == ["favourite hobby is gardening"]
+
+
+def test_a_rule_file_without_a_grammar_does_not_make_every_sentence_the_users(tmp_path):
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("language: custom\ntriggers:\n  - {id: x.tea, pattern: 'matcha', type: preference, "
+                     "summary: 'likes matcha', key: tea}\n", encoding="utf-8")
+    funnel = Funnel(load_rules([*default_rule_paths(), str(extra)]))
+    assert [c.content for c in funnel.process("我爸身体不好。今年65了").candidates] == []
 
 
 def test_someone_elses_words_are_not_the_users():

@@ -172,7 +172,7 @@ def test_an_unstated_subject_after_someone_else_is_theirs_unless_the_grammar_say
                                                                    ("z.like", 1, "喜欢猫")]
     path.write_text(text.replace("unstated_subject: true", "unstated_subject: true\n  unstated_is_user: yes please"),
                     encoding="utf-8")
-    assert any("unstated_is_user must be true or false" in p for p in check_rules(str(path)))
+    assert any("unstated_is_user must be true, false or a list of statement ids" in p for p in check_rules(str(path)))
 
 
 def test_a_statements_own_object_may_name_the_grammars(tmp_path):
