@@ -148,13 +148,11 @@ def _unsaid(grammar: dict, report: Reporter) -> tuple[bool | list, bool | list]:
     sentence starts, after openers (true, or the ids of the statements that read it so); and
     ``unstated_is_user``: the statements (true: all of those) whose verbs, so said, name the user even after
     someone else was named ("My dad loves golf. Love jazz"; not "My grandpa was a farmer. Grew up in Kansas")."""
-    unsaid = grammar.get("unstated_subject", False)
-    if not isinstance(unsaid, bool) and not (isinstance(unsaid, list) and all(isinstance(i, str) for i in unsaid)):
-        report(grammar, None, "unstated_subject must be true, false or a list of statement ids", key="unstated_subject")
-    is_user = grammar.get("unstated_is_user", False)
-    if not isinstance(is_user, bool) and not (isinstance(is_user, list) and all(isinstance(i, str) for i in is_user)):
-        report(grammar, None, "unstated_is_user must be true, false or a list of statement ids", key="unstated_is_user")
-    return unsaid, is_user
+    for key in ("unstated_subject", "unstated_is_user"):
+        value = grammar.get(key, False)
+        if not isinstance(value, bool) and not (isinstance(value, list) and all(isinstance(i, str) for i in value)):
+            report(grammar, None, f"{key} must be true, false or a list of statement ids", key=key)
+    return grammar.get("unstated_subject", False), grammar.get("unstated_is_user", False)
 
 
 def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,

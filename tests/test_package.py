@@ -40,7 +40,7 @@ def test_pure_python():
 #: question (好不好) asks about its own clause (~2); a verb keeps its case past the first word ("work in IT", ~3);
 #: a clause that meets no trigger and opens on the user is read again without its first piece (~5);
 #: `unstated_is_user` names the statements it is for (~5).
-MAX_LINES = 6302
+MAX_LINES = 6300
 
 
 def test_the_package_stays_small():
