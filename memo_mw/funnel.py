@@ -37,8 +37,9 @@ _STATEMENTS = regex.compile(
     # a last question, unless it is a tag on the statement itself ("I love jazz, don't I?")
     r"|[,，]\s*+(?!(?:do|am|are|did|have|can|will|would|was)(?:n't|n’t| not)?\s+I\s*[?？])"
     r"(?=[^,，.。!！?？;；\n]{0,60}(?:[?？]|[吗呢嘛]|怎么办|咋办|怎么弄|怎么样)\s*$"
-    # a tag question (好不好, 行不行) asks about its own piece: "我喜欢吃辣，推荐个餐厅好不好"; a bare tag asks about it all
-    r"|[^,，.。!！?？;；\n]{1,60}(?:好不好|行不行|对不对|可不可以)\s*$)",
+    # a tag question (好不好, 行不行) asks about its own piece ("我喜欢吃辣，推荐个餐厅好不好", "…，推荐个餐厅，好不好"),
+    # a bare one about all before it ("我是程序员，对不对")
+    r"|[^,，.。!！?？;；\n]{1,60}(?:[,，]\s*)?(?:好不好|行不行|对不对|可不可以)[\s。.!！~～]*$)",
     regex.IGNORECASE | regex.V1,
 )
 # A compound subject stays whole: "My wife and I live in Oslo".
@@ -103,7 +104,7 @@ class _Hit:
     rule_file: RuleFile
     statement: str = ""  # the statement the clause is part of: what the negative gates read
     whole: str = ""  # the sentence: what the sensitive gates read
-    touched: tuple[int, int] = (0, 1)  # the first and past-the-last comma piece of the sentence the match read
+    touched: tuple[int, int] = (0, 1)  # the first and past-the-last comma piece of the clause the match read
     read: str = ""  # the touched pieces up to the match's end: all a statement about others keeps
 
 
@@ -293,34 +294,39 @@ class Funnel:
                 continue
             first, last = lo + hit.touched[0], lo + hit.touched[1]
             hit.sentence = clause[spans[first][0]:spans[last - 1][1]].strip()  # the pieces it read, as typed
-            found.append((first, hit))
+            hit.touched = (first, last)
+            found.append(hit)
             todo.append((lo, first, True))
             if last < hi:
                 todo.append((last, hi, True))
-        return [hit for _, hit in sorted(found, key=lambda pair: pair[0])]
+        return sorted(found, key=lambda hit: hit.touched)
 
     def _the_users(self, read: list[tuple[str, list[_Hit]]]) -> list[_Hit]:
-        """The hits of the clauses, in order, less those about someone else. Once someone else is named (a
-        trigger or statement marked `others: true`, or a gate marked so), what follows is theirs until a piece
-        or a clause names the user again: "我女儿在学钢琴，每周六上课", "有个女儿。今年上初一" and "我爸身体不好。
-        今年65了" keep no lesson, grade or age; "我老婆是老师，我是程序员" keeps both, and another of the
-        household is named anew ("我老婆是老师，我儿子在上小学"). The hits of a clause that meets such a gate
-        are the negative stage's to judge (it reads their pieces: "My kids are grown, my hobby is gardening"),
-        and the clauses after it are theirs ("我同事是湖南人。喜欢吃辣")."""
-        kept, theirs = [], False
+        """The hits of the clauses, in order, less those about someone else. Once someone else is named (by a
+        trigger marked `others: true`, or a gate so marked at the start of a comma piece), what follows is
+        theirs until a piece names the user: "我同事是湖南人，喜欢吃辣", "有个女儿。今年上初一" keep no liking or
+        grade; "我老婆是老师，我是程序员" keeps both. After a gate in its own clause, a hit that states a subject
+        is the negative stage's to judge ("My kids are grown, my hobby is gardening")."""
+        if not any(hits for _, hits in read):
+            return []
+        kept, theirs = [], False  # False, True, or "gated": by a piece of this clause that meets a gate
         for clause, hits in read:
             files = [f for f in self.rules.files if _applies(f, clause)]
-            gated = any(self._gate_hit(self._others_sentence[id(f)], clause) for f in files)
-            if gated or self._names_the_user(clause):
-                theirs = False
-            for hit in hits:
-                others = hit.trigger.of_others or self._gate_hit(self._others_sentence[id(hit.rule_file)],
-                                                                 hit.sentence) is not None
-                if theirs and not others and not self._says_the_user(hit.rule_file, hit.sentence):
-                    continue
-                kept.append(hit)
-                theirs = others
-            theirs = theirs or gated
+            theirs = bool(theirs)
+            for index, piece in enumerate(_PIECE.findall(clause)):
+                gated = any(self._gate_hit(self._others_sentence[id(f)], piece.strip()) for f in files)
+                if gated or self._names_the_user(piece.strip()):
+                    theirs = False
+                for hit in (hit for hit in hits if hit.touched[0] == index):
+                    others = hit.trigger.of_others or self._gate_hit(self._others_sentence[id(hit.rule_file)],
+                                                                     hit.sentence) is not None
+                    unsaid = hit.trigger.statement and not hit.groups.get("who")
+                    if (theirs is True or theirs and unsaid) and not others \
+                            and not self._says_the_user(hit.rule_file, hit.sentence):
+                        continue
+                    kept.append(hit)
+                    theirs = others
+                theirs = theirs or ("gated" if gated else False)
         return kept
 
     def _names_the_user(self, text: str) -> bool:
