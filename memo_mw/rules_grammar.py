@@ -10,7 +10,7 @@ import regex
 from .rules_yaml import Reporter, compile_pattern, mapping_of, unknown_keys
 
 PARTS = ("openers", "subjects", "adverbs", "negations", "not_objects")
-GRAMMAR_KEYS = frozenset({*PARTS, "lead", "object", "vague", "contractions", "statements", "before",
+GRAMMAR_KEYS = frozenset({*PARTS, "lead", "with", "object", "vague", "contractions", "statements", "before",
                           "unstated_subject", "unstated_is_user"})
 STATEMENT_KEYS = frozenset({"id", "verbs", "subjects", "type", "polarity", "summary", "key", "confidence",
                             "ttl_days", "examples", "negated", "object", "not_objects", "others"})
@@ -95,10 +95,9 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     parts = {name: _word_list(grammar, name, None, report) for name in PARTS}
     if not parts["subjects"]:
         report(grammar, None, "grammar needs subjects", key="subjects")
+    if not parts["subjects"] or not all(_pattern_ok(grammar, key, report) for key in ("lead", "with")):
         return [], None, None
     lead = grammar.get("lead", "")
-    if not isinstance(lead, str) or lead and compile_pattern(lead, "grammar.lead", grammar, report, key="lead") is None:
-        return [], None, None
     start, lists = rf"^[\s\p{{P}}]*(?:{lead})?" if lead else r"^[\s\p{P}]*", {}
     openers = rf"(?:{words(parts['openers'], 'openers', lists)}[\s,，]*){{0,2}}" if parts["openers"] else ""
     opening = start + openers
@@ -113,7 +112,8 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
         users = bool(named)  # not "my father"; a time word in the user's statement ("最近") names no one
         listed = unsaid is True or isinstance(unsaid, list) and node["id"] in unsaid
         bare = rf"^[\s\p{{P}}]*{openers}" if users and listed else ""
-        nodes.extend(_expand(node, opening, bare, parts, grammar, report, dict(lists)))
+        along = rf"(?:{grammar['with']})?" if users and grammar.get("with") else ""  # 我和老公都…
+        nodes.extend(_expand(node, opening, bare, parts, grammar, report, dict(lists), along=along))
         if users:
             subjects += named
             unnamed += [s for s in own if s not in named]
@@ -143,6 +143,13 @@ def statement_nodes(data: dict, report: Reporter) -> tuple[list[dict], regex.Pat
     return nodes, opener, negation
 
 
+def _pattern_ok(grammar: dict, key: str, report: Reporter) -> bool:
+    """The grammar's ``key`` is absent or a pattern that compiles (a problem is reported)."""
+    pattern = grammar.get(key, "")
+    return isinstance(pattern, str) and (not pattern or compile_pattern(pattern, f"grammar.{key}", grammar, report,
+                                                                        key=key) is not None)
+
+
 def _unsaid(grammar: dict, report: Reporter) -> tuple[bool | list, bool | list]:
     """``unstated_subject``: an unsaid subject ("周末喜欢去爬山", "love a good thriller") is the user's where a
     sentence starts, after openers (true, or the ids of the statements that read it so); and
@@ -156,9 +163,10 @@ def _unsaid(grammar: dict, report: Reporter) -> tuple[bool | list, bool | list]:
 
 
 def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], grammar: dict, report: Reporter,
-            lists: dict[str, set[str]]) -> list[dict]:
+            lists: dict[str, set[str]], *, along: str = "") -> list[dict]:
     """One statement's triggers: its ``negated`` form (when it has one), then the plain form. ``bare``,
-    when given, is another opening: a sentence's start, with the subject unsaid."""
+    when given, is another opening: a sentence's start, with the subject unsaid; ``along``, someone named
+    with the subject."""
     rule_id = node["id"]
     unknown_keys(node, STATEMENT_KEYS, rule_id, report)
     verbs = _word_list(node, "verbs", rule_id, report)
@@ -168,7 +176,7 @@ def _expand(node: dict, opening: str, bare: str, parts: dict[str, list[str]], gr
     modifiers = parts["adverbs"] + parts["negations"]
     mods = rf"(?:{words(modifiers, 'mods', lists)}[\s,]*)" if modifiers else "(?!)"  # "really, really"
     unsaid = f"|{bare}(?P<who>)" if bare else ""  # two groups named who: the subject said, or none
-    start = rf"(?:{opening}(?P<who>{words(subjects, 'subjects', lists)}){unsaid})\s*"
+    start = rf"(?:{opening}(?P<who>{words(subjects, 'subjects', lists)}){along}{unsaid})\s*"
     not_objects = _word_list(node, "not_objects", rule_id, report) if "not_objects" in node else parts["not_objects"]
     stop = rf"(?!\s*{words(not_objects, 'not_objects', lists)})" if not_objects else ""
     stop += rf"(?!{grammar['vague']})" if grammar.get("vague") else ""

@@ -39,8 +39,9 @@ def test_pure_python():
 #: statement about someone else only what the rule read is kept (~7); `unstated_is_user` (~6); a tag
 #: question (好不好) asks about its own clause (~2); a verb keeps its case past the first word ("work in IT", ~3);
 #: a clause that meets no trigger and opens on the user is read again without its first piece (~5);
-#: `unstated_is_user` names the statements it is for (~5); whose a statement is, read per comma piece (~6).
-MAX_LINES = 6306
+#: `unstated_is_user` names the statements it is for (~5); whose a statement is, read per comma piece (~6);
+#: grammar `with`, someone named with the subject ("我和老公都…", ~8).
+MAX_LINES = 6314
 
 
 def test_the_package_stays_small():

@@ -184,6 +184,18 @@ def test_a_statements_own_object_may_name_the_grammars(tmp_path):
     assert said(funnel, "我很喜欢狗") == []
 
 
+def test_someone_named_with_the_subject_leaves_the_statement_the_users(tmp_path):
+    path = tmp_path / "z.yaml"
+    text = textwrap.dedent(UNSAID).replace("  openers: [其实]", "  with: '和[^，。都]{1,4}?都'\n  openers: [其实]")
+    path.write_text(text, encoding="utf-8")
+    funnel = Funnel(load_rules(str(path)))
+    assert said(funnel, "我和老公都很喜欢猫") == [("z.like", 1, "喜欢猫")]
+    assert said(funnel, "我和老公很喜欢猫") == []  # no 都: not the pattern's
+    assert said(funnel, "老公和我都是老师") == []  # only a statement of the user's own subjects reads it
+    path.write_text(text.replace("?都'", "?(都'"), encoding="utf-8")
+    assert any("grammar.with" in p for p in check_rules(str(path)))
+
+
 def test_an_unstated_subject_may_be_for_the_statements_listed(rules_path):
     text = rules_path.read_text(encoding="utf-8").replace("before: t.remind", "before: t.remind\n  unstated_subject: [g.like]")
     rules_path.write_text(text, encoding="utf-8")
