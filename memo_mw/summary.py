@@ -12,6 +12,7 @@ from .text import memory_key
 _EDGE_PUNCT = regex.compile(r"^[[\s\p{P}]--[\[\]]]+|[[\s\p{P}]--[\[\]]]+$", regex.V1)
 _SPACES = regex.compile(r"\s+")
 _FIRST_WORD = regex.compile(r"^\S+")
+_CASED_WORD = regex.compile(r"\b(?!\p{Lu}{2,}\b)\w+")  # a word, not an acronym ("IT")
 _IRREGULAR = {"have": "has", "be": "is", "am": "is", "are": "is", "do": "does", "go": "goes"}
 _AS_SAID = frozenset(("can will must should may might "  # left as said: modal verbs, and no verb ("in bed by ten")
                       "in on at by to up out off into a an the not so too very just only").split())
@@ -20,8 +21,9 @@ _AS_SAID = frozenset(("can will must should may might "  # left as said: modal v
 def summarize(trigger: Trigger, rule_file: RuleFile, groups: dict[str, str | None]) -> tuple[str, str] | None:
     """The summary and memory key of a match with these ``groups``; None when nothing usable was
     captured (a group the summary needs is empty, the phrase is too long, nothing is left)."""
-    # The verb as said, its first word in lower case: "Grew up in", "LOVE"; "work in IT" keeps its IT.
-    said = {**groups, "verb": _FIRST_WORD.sub(lambda m: m[0].lower(), groups.get("verb") or "")}
+    # The verb as said, in lower case but for an acronym past its first word: "Grew up in", "LOVE"; "work in IT".
+    verb = _FIRST_WORD.sub(lambda m: m[0].lower(), groups.get("verb") or "")
+    said = {**groups, "verb": _CASED_WORD.sub(lambda m: m[0].lower(), verb)}
     values = {name: tidy(value or "", rule_file, particles=(name == "what"), pronouns=trigger.pronouns)
               for name, value in said.items()}
     if any(not values.get(name) for name in trigger.summary_fields):

@@ -36,6 +36,7 @@ RULES = r"""
          pronouns: false}
       - {id: en.habit, pattern: 'I (?P<how>usually) (?P<what>.*)', type: fact, summary: '{how} {what:3sg}',
          key: 'habit {what}'}
+      - {id: en.work, pattern: 'I (?P<verb>work in) (?P<what>.*)', type: fact, summary: '{verb} {what}', key: work}
 """
 
 
@@ -49,6 +50,8 @@ RULES = r"""
     pytest.param(2, {"how": "usually", "what": ""}, None, id="a-needed-group-is-empty"),
     pytest.param(0, {"what": "a phrase far too long to be one memory"}, None, id="longer-than-max-capture"),
     pytest.param(0, {"what": "!!"}, None, id="nothing-left"),
+    pytest.param(3, {"verb": "Work In", "what": "a bank"}, ("work in a bank", "work"), id="verb-in-lower-case"),
+    pytest.param(3, {"verb": "work in IT", "what": "now"}, ("work in IT now", "work"), id="verb-keeps-an-acronym"),
 ])
 def test_summarize(tmp_path, rule, groups, said):
     rule_file = rule_file_of(tmp_path, RULES)
