@@ -40,7 +40,8 @@ def test_pure_python():
 #: question (好不好) asks about its own clause (~2); a verb keeps its case past the first word ("work in IT", ~3);
 #: a clause that meets no trigger and opens on the user is read again without its first piece (~5);
 #: `unstated_is_user` names the statements it is for (~5); whose a statement is, read per comma piece (~6);
-#: grammar `with`, someone named with the subject ("我和老公都…", ~8); a verb in lower case but for an acronym ("I Worked As", ~2).
+#: grammar `with`, someone named with the subject ("我和老公都…", ~8); a verb in lower case but for an
+#: acronym ("I Worked As", ~2).
 MAX_LINES = 6316
 
 
