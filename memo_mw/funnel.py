@@ -106,6 +106,7 @@ class _Hit:
     whole: str = ""  # the sentence: what the sensitive gates read
     touched: tuple[int, int] = (0, 1)  # the first and past-the-last comma piece of the clause the match read
     read: str = ""  # the touched pieces up to the match's end: all a statement about others keeps
+    clause: str = ""  # the pieces back to one that names the user: what `scope: clause` gates read
 
 
 def _touched(text: str, match: regex.Match) -> tuple[tuple[int, int], str]:
@@ -137,7 +138,7 @@ class Funnel:
         self.topics = TopicTagger(rules.topics)
         negative, sensitive = rules.gates("negative"), rules.gates("sensitive")
         self._negative_message = [g for g in negative if g.scope == "message"]
-        self._negative_sentence = {id(f): [g for g in f.negative if g.scope == "sentence"] for f in rules.files}
+        self._negative_sentence = {id(f): [g for g in f.negative if g.scope != "message"] for f in rules.files}
         self._others_sentence = {key: [g for g in gates if g.others] for key, gates in self._negative_sentence.items()}
         self._sensitive_message = [g for g in sensitive if g.scope == "message"]
         self._sensitive_sentence = [g for g in sensitive if g.scope == "sentence"]
@@ -271,7 +272,10 @@ class Funnel:
         if stage == "sensitive":
             return self._gate_hit(self._sensitive_sentence, hit.whole)
         gates = self._negative_sentence[id(hit.rule_file)]
-        stop = self._gate_hit([g for g in gates if not g.others], hit.statement)
+        # A plan takes its time from the whole statement: "Today is the weekend and I plan to go on a trip".
+        clause = hit.clause if hit.clause and hit.trigger.type in ("fact", "preference") else hit.statement
+        stop = next((gate for gate in gates if not gate.others and self._search(
+            gate, clause if gate.scope == "clause" else hit.statement) is not None), None)
         if stop is None and not (hit.trigger.of_others or hit.trigger.explicit):
             stop = self._gate_hit(self._others_sentence[id(hit.rule_file)], hit.sentence)
         return stop
@@ -294,7 +298,10 @@ class Funnel:
                 continue
             first, last = lo + hit.touched[0], lo + hit.touched[1]
             hit.sentence = clause[spans[first][0]:spans[last - 1][1]].strip()  # the pieces it read, as typed
-            hit.touched = (first, last)
+            hit.touched, start = (first, last), first
+            while start > 0 and not self._names_the_user(clause[spans[start - 1][0]:spans[start - 1][1]].strip()):
+                start -= 1  # "今天，我想吃火锅" is one clause; "我刚下班，我是做设计的" two
+            hit.clause = clause[spans[start][0]:spans[last - 1][1]].strip()
             found.append(hit)
             todo.append((lo, first, True))
             if last < hi:

@@ -245,6 +245,7 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("十月份要去日本自由行，签证现在好办吗") == ["十月份去日本自由行"]
     assert said("我喜欢吃辣，推荐个餐厅好不好") == ["喜欢吃辣"]  # a tag question asks about its own piece
     assert funnel.process("我想学吉他，好不好").stage == "negative"  # a bare tag asks about it all
+    assert said("我喜欢吃辣，你推荐个餐厅，好不好。") == ["喜欢吃辣"]  # unless it follows a request of its own
     # each memory's excerpt is its own pieces, as typed; a lead-in of a plain pattern is left too
     assert [c.excerpt for c in funnel.process("I'm Tom, I'm from Leeds").candidates] == ["I'm Tom", "I'm from Leeds"]
     assert said("I live in Leeds, my main hobby is knitting") == ["lives in Leeds", "main hobby is knitting"]
@@ -258,6 +259,7 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert said("宝宝八个月了，开始学爬了") == ["宝宝八个月"]
     assert said("我老婆是老师，我是程序员") == ["老婆是老师", "是程序员"]
     assert said("有个女儿，今年上初一") == ["有个女儿"]  # a later piece read first is still hers
+    assert said("我同事是湖南人，喜欢吃辣") == [] and said("我发现我家猫特别懒，最喜欢睡觉") == []  # theirs, the cat's
     # of a statement about someone else the excerpt is what the rule read, not what they did
     assert [(c.content, c.excerpt) for c in funnel.process("我老公做的红烧肉超级好吃").candidates] == [("有老公", "我老公")]
     assert said("我老婆是老师，我儿子在上小学") == ["老婆是老师", "儿子在上小学"]  # another of the household
@@ -269,6 +271,15 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert funnel.process("I like tea, " * 1200).stage == "too_long"
     # the gates still read the whole sentence
     assert funnel.process("我很喜欢爬山，我有糖尿病").stage == "sensitive"
+
+
+def test_a_one_off_event_stops_its_own_clause_and_a_day_all_of_the_sentence():
+    funnel = Funnel(load_rules())
+    assert [c.content for c in funnel.process("我刚下班，我是做设计的").candidates] == ["是做设计的"]
+    assert [c.content for c in funnel.process("I just got home, I work as a nurse").candidates] == ["works as a nurse"]
+    assert funnel.process("今天我生日，我吃蛋糕了").stage == "negative"
+    # a plan reads the whole sentence
+    assert funnel.process("I just got home and I want to try making some new dishes").stage == "negative"
 
 
 def test_the_length_limit_is_a_clauses():
@@ -326,3 +337,6 @@ def test_someone_elses_words_are_not_the_users():
                  "他们都以为，我是程序员"):
         assert funnel.process(text).stage == "negative", text
     assert [c.content for c in funnel.process("Well, I live in Leeds").candidates] == ["lives in Leeds"]
+    assert funnel.process("My mom used to say, I love chocolate").stage == "negative"
+    for text in ("When anyone asks, I'm vegetarian", "我记得我说过，我不吃香菜", "我个人觉得，我更喜欢安静的地方"):
+        assert funnel.process(text).stage == "captured", text  # the user's own words

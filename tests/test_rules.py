@@ -134,7 +134,13 @@ CASES = [
           - id: x.scope
             pattern: 'x'
             scope: paragraph
-        """, 4, "x.scope", "scope must be 'sentence' or 'message'"),
+        """, 4, "x.scope", "scope must be 'sentence', 'clause' or 'message'"),
+    ("clause_scope_on_a_sensitive_gate", """\
+        sensitive:
+          - id: x.clause
+            pattern: 'x'
+            scope: clause
+        """, 4, "x.clause", "scope must be 'sentence' or 'message'"),
     ("others_on_a_sensitive_gate", """\
         sensitive:
           - id: x.others

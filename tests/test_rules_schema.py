@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from memo_mw import defaults
-from memo_mw.rules import FORGET_SCOPES, GATE_KEYS, MEMORY_TYPES, TOP_KEYS, TRIGGER_KEYS, default_rule_paths
+from memo_mw.rules import FORGET_SCOPES, GATE_KEYS, GATE_SCOPES, MEMORY_TYPES, TOP_KEYS, TRIGGER_KEYS, default_rule_paths
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 SCHEMA_PATH = DOCS / "rules.schema.json"
@@ -78,7 +78,7 @@ def test_enums_match_the_loader(schema):
     assert trigger["type"]["enum"] == list(MEMORY_TYPES)
     assert sorted(trigger["polarity"]["enum"]) == [-1, 1]
     assert schema["$defs"]["forgetGate"]["properties"]["scope"]["enum"] == list(FORGET_SCOPES)
-    assert set(schema["$defs"]["gate"]["properties"]["scope"]["enum"]) == {"sentence", "message"}
+    assert schema["$defs"]["gate"]["properties"]["scope"]["enum"] == list(GATE_SCOPES)
 
 
 def test_defaults_match_the_loader(schema):
