@@ -36,7 +36,7 @@ _STATEMENTS = regex.compile(
     r"[,，]\s*(?=(?:if|so|because|since|which|unless)\b|如果|要是|假如|因为|所以|然后|而且|虽然|只是)"
     # a last question, unless it is a tag on the statement itself ("I love jazz, don't I?")
     r"|[,，]\s*+(?!(?:do|am|are|did|have|can|will|would|was)(?:n't|n’t| not)?\s+I\s*[?？])"
-    r"(?=[^,，.。!！?？;；\n]{0,60}(?:[?？]|[吗呢嘛]|怎么办|咋办|怎么弄|怎么样)\s*$"
+    r"(?=[^,，.。!！?？;；\n]{0,120}(?:[?？]|[吗呢嘛]|怎么办|咋办|怎么弄|怎么样)\s*$"
     # a tag question (好不好, 行不行) asks about its own piece ("我喜欢吃辣，推荐个餐厅好不好", "…，推荐个餐厅，好不好"),
     # a bare one about all before it ("我是程序员，对不对")
     r"|[^,，.。!！?？;；\n]{1,60}(?:[,，]\s*)?(?:好不好|行不行|对不对|可不可以)[\s。.!！~～]*$)",
@@ -182,8 +182,12 @@ class Funnel:
         trace.append(("forget", f"{gate.id} ({gate.scope})"))
         candidates = []
         if gate.scope == "match":
-            # "Forget that I play tennis. I like golf now.": the other sentences still count.
-            rest = [parts for parts in sentences if self._search(gate, parts[0]) is None]
+            # "Forget that I play tennis. I like golf now.": the other sentences still count, and so does
+            # what follows the request in its own ("Forget what I said about Berlin, I moved to Hamburg").
+            rest = []
+            for parts in sentences:
+                match = self._search(gate, parts[0])
+                rest += [parts] if match is None else clauses(strip_edge_punct(parts[0][match.end():]))
             if rest:
                 candidates = self._capture(text, rest, trace)[1]
         return FunnelResult("forget", candidates=tuple(candidates), forget_scope=gate.scope, forget_match=what,

@@ -65,6 +65,9 @@ def test_forget_match_keeps_the_other_statements(tmp_path):
     result = funnel_of(tmp_path, en=EN).process("forget that I play tennis. I like golf now")
     assert result.stage == "forget" and result.forget_match == "I play tennis"
     assert [c.content for c in result.candidates] == ["likes golf now"]
+    # and what follows the request in its own sentence
+    result = Funnel(load_rules()).process("Forget what I told you about living in Berlin, I moved to Hamburg.")
+    assert result.forget_match == "living in Berlin" and [c.content for c in result.candidates] == ["moved to Hamburg"]
 
 
 def test_sentence_negatives_come_from_the_matching_rules_file(tmp_path):

@@ -41,8 +41,9 @@ def test_pure_python():
 #: a clause that meets no trigger and opens on the user is read again without its first piece (~5);
 #: `unstated_is_user` names the statements it is for (~5); whose a statement is, read per comma piece (~6);
 #: grammar `with`, someone named with the subject ("我和老公都…", ~8); a verb in lower case but for an
-#: acronym ("I Worked As", ~2); a negative gate of `scope: clause` reads the hit's own clause (~10).
-MAX_LINES = 6326
+#: acronym ("I Worked As", ~2); a negative gate of `scope: clause` reads the hit's own clause (~10);
+#: the rest of a sentence after a forget request is captured (~4).
+MAX_LINES = 6330
 
 
 def test_the_package_stays_small():
