@@ -107,6 +107,7 @@ class _Hit:
     touched: tuple[int, int] = (0, 1)  # the first and past-the-last comma piece of the clause the match read
     read: str = ""  # the touched pieces up to the match's end: all a statement about others keeps
     clause: str = ""  # the pieces back to one that names the user: what `scope: clause` gates read
+    preceding: str = ""  # the statement up to the match's end: what `scope: preceding` gates read
 
 
 def _touched(text: str, match: regex.Match) -> tuple[tuple[int, int], str]:
@@ -278,8 +279,9 @@ class Funnel:
         gates = self._negative_sentence[id(hit.rule_file)]
         # A plan takes its time from the whole statement: "Today is the weekend and I plan to go on a trip".
         clause = hit.clause if hit.clause and hit.trigger.type in ("fact", "preference") else hit.statement
+        read = {"clause": clause, "preceding": hit.preceding or hit.statement}
         stop = next((gate for gate in gates if not gate.others and self._search(
-            gate, clause if gate.scope == "clause" else hit.statement) is not None), None)
+            gate, read.get(gate.scope, hit.statement)) is not None), None)
         if stop is None and not (hit.trigger.of_others or hit.trigger.explicit):
             stop = self._gate_hit(self._others_sentence[id(hit.rule_file)], hit.sentence)
         return stop
@@ -306,6 +308,7 @@ class Funnel:
             while start > 0 and not self._names_the_user(clause[spans[start - 1][0]:spans[start - 1][1]].strip()):
                 start -= 1  # "今天，我想吃火锅" is one clause; "我刚下班，我是做设计的" two
             hit.clause = clause[spans[start][0]:spans[last - 1][1]].strip()
+            hit.preceding = statement[:max(statement.find(clause), 0) + spans[last - 1][1]]
             found.append(hit)
             todo.append((lo, first, True))
             if last < hi:

@@ -18,7 +18,7 @@ from .rules_yaml import Reporter, compile_pattern, list_of, mapping_of, positive
 
 MEMORY_TYPES = ("preference", "fact", "task", "commitment", "style")
 FORGET_SCOPES = ("all", "match")
-GATE_SCOPES = ("sentence", "clause", "message")  # "clause": negative gates only
+GATE_SCOPES = ("sentence", "clause", "preceding", "message")  # "clause", "preceding": negative gates only
 
 TOP_KEYS = frozenset({
     "version", "language", "max_length", "max_capture", "fillers", "trailing", "key_prefixes",
@@ -273,7 +273,7 @@ def _gate(node: dict, rule_id: str, section: str, path: str, report: Reporter) -
         problem = "recall_all rules take no scope: they always read the whole message" if "scope" in node else None
         scope = "message"
     elif section == "negative" and scope not in GATE_SCOPES:
-        problem = f"scope must be 'sentence', 'clause' or 'message', not {scope!r}"
+        problem = f"scope must be one of {', '.join(GATE_SCOPES)}, not {scope!r}"
     elif section not in ("forget", "negative") and scope not in ("sentence", "message"):
         problem = f"scope must be 'sentence' or 'message', not {scope!r}"
     elif section == "forget" and scope not in FORGET_SCOPES:

@@ -276,11 +276,13 @@ def test_the_comma_pieces_a_match_leaves_are_read_again():
     assert funnel.process("我很喜欢爬山，我有糖尿病").stage == "sensitive"
 
 
-def test_a_one_off_event_stops_its_own_clause_and_a_day_all_of_the_sentence():
+def test_a_one_off_event_stops_its_own_clause_and_a_day_what_follows_it():
     funnel = Funnel(load_rules())
     assert [c.content for c in funnel.process("我刚下班，我是做设计的").candidates] == ["是做设计的"]
     assert [c.content for c in funnel.process("I just got home, I work as a nurse").candidates] == ["works as a nurse"]
-    assert funnel.process("今天我生日，我吃蛋糕了").stage == "negative"
+    assert funnel.process("今天我生日，我吃蛋糕了").stage == "negative"  # a day before the statement dates it
+    assert [c.content for c in funnel.process("最近我在学做菜，昨天晚上我做了一道宫保鸡丁").candidates] == ["在学做菜"]
+    assert [c.content for c in funnel.process("I love running, did 10k today").candidates] == ["likes running"]
     # a plan reads the whole sentence
     assert funnel.process("I just got home and I want to try making some new dishes").stage == "negative"
 

@@ -134,7 +134,7 @@ CASES = [
           - id: x.scope
             pattern: 'x'
             scope: paragraph
-        """, 4, "x.scope", "scope must be 'sentence', 'clause' or 'message'"),
+        """, 4, "x.scope", "scope must be one of sentence, clause, preceding, message"),
     ("clause_scope_on_a_sensitive_gate", """\
         sensitive:
           - id: x.clause
