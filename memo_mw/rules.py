@@ -239,9 +239,9 @@ def _pronouns(data: dict, report: Reporter) -> list[tuple[regex.Pattern, str]]:
     out = []
     for word, repl in mapping_of(data, "pronouns", "word: replacement", report).items():
         word = str(word)
-        # A Latin word is replaced only as a whole word ("my", not "myth"); Chinese has no
-        # word boundaries, so a CJK entry is replaced wherever it occurs.
-        bounded = rf"(?<!\w){regex.escape(word)}(?!\w)" if word.isascii() else regex.escape(word)
+        # A Latin word is replaced only as a whole word ("my", not "myth"; "i", not Baha'i's); Chinese
+        # has no word boundaries, so a CJK entry is replaced wherever it occurs.
+        bounded = rf"(?<![\w'’]){regex.escape(word)}(?!\w)" if word.isascii() else regex.escape(word)
         out.append((regex.compile(bounded, regex.IGNORECASE), "" if repl is None else str(repl)))
     return out
 

@@ -29,7 +29,7 @@ RULES = r"""
     trailing: [a lot, too]
     key_prefixes: [drinking]
     max_capture: 25
-    pronouns: {my: their, me: them}
+    pronouns: {my: their, me: them, i: they}
     triggers:
       - {id: en.like, pattern: 'I like (?P<what>.+)', type: preference, summary: 'likes {what}'}
       - {id: en.style, pattern: 'please (?P<what>.+)', type: style, summary: 'style: {what}', key: style,
@@ -43,6 +43,8 @@ RULES = r"""
 @pytest.mark.parametrize("rule, groups, said", [
     pytest.param(0, {"what": "my dog a lot!"}, ("likes their dog", "their dog"), id="particles-pronouns"),
     pytest.param(0, {"what": "tattoo"}, ("likes tattoo", "tattoo"), id="a-particle-is-a-whole-word"),
+    pytest.param(0, {"what": "Baha'i art I made"}, ("likes Baha'i art they made", "baha i art they made"),
+                 id="a-pronoun-is-a-whole-word"),
     pytest.param(0, {"what": "drinking tea too."}, ("likes drinking tea", "tea"), id="key-prefix"),
     pytest.param(0, {"what": "[email]."}, ("likes [email]", "email"), id="placeholder-brackets-stay"),
     pytest.param(1, {"what": "give me short answers"}, ("style: give me short answers", "style"), id="no-pronouns"),
