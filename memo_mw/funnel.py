@@ -272,8 +272,9 @@ class Funnel:
 
     def _sentence_gate(self, stage: str, hit: _Hit) -> Gate | None:
         """The first sentence gate that stops the hit: a sensitive one reads the sentence; a negative one, of
-        the hit's own file, its statement, or, for statements about someone else (`others: true`), the
-        pieces it read, which a trigger about them by design or an explicit request passes (docs/rules.md)."""
+        the hit's own file, its statement (or, by its scope, the hit's clause or the statement up to the hit)
+        or, for statements about someone else (`others: true`), the pieces it read, which a trigger about
+        them by design or an explicit request passes (docs/rules.md)."""
         if stage == "sensitive":
             return self._gate_hit(self._sensitive_sentence, hit.whole)
         gates = self._negative_sentence[id(hit.rule_file)]
