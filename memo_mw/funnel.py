@@ -324,24 +324,26 @@ class Funnel:
         is the negative stage's to judge ("My kids are grown, my hobby is gardening")."""
         if not any(hits for _, hits in read):
             return []
-        kept, theirs = [], False  # False, True, or "gated": by a piece of this clause that meets a gate
+        # theirs: someone else was named, so what follows is theirs; after_gate: a gate named them in this
+        # clause, so only a statement with its subject unsaid is theirs.
+        kept, theirs, after_gate = [], False, False
         for clause, hits in read:
             files = [f for f in self.rules.files if _applies(f, clause)]
-            theirs = bool(theirs)
+            theirs, after_gate = theirs or after_gate, False
             for index, piece in enumerate(_PIECE.findall(clause)):
                 gated = any(self._gate_hit(self._others_sentence[id(f)], piece.strip()) for f in files)
                 if gated or self._names_the_user(piece.strip()):
-                    theirs = False
+                    theirs = after_gate = False
                 for hit in (hit for hit in hits if hit.touched[0] == index):
                     others = hit.trigger.of_others or self._gate_hit(self._others_sentence[id(hit.rule_file)],
                                                                      hit.sentence) is not None
                     unsaid = hit.trigger.statement and not hit.groups.get("who")
-                    if (theirs is True or theirs and unsaid) and not others \
+                    if (theirs or after_gate and unsaid) and not others \
                             and not self._says_the_user(hit.rule_file, hit.sentence):
                         continue
                     kept.append(hit)
-                    theirs = others
-                theirs = theirs or ("gated" if gated else False)
+                    theirs, after_gate = others, False
+                after_gate = after_gate or gated
         return kept
 
     def _names_the_user(self, text: str) -> bool:

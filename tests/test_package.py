@@ -42,8 +42,8 @@ def test_pure_python():
 #: `unstated_is_user` names the statements it is for (~5); whose a statement is, read per comma piece (~6);
 #: grammar `with`, someone named with the subject ("我和老公都…", ~8); a verb in lower case but for an
 #: acronym ("I Worked As", ~2); a negative gate of `scope: clause` reads the hit's own clause (~10);
-#: the rest of a sentence after a forget request is captured (~4); `scope: preceding` (~4).
-MAX_LINES = 6334
+#: the rest of a sentence after a forget request is captured (~4); `scope: preceding` (~4); two named flags for whose a statement is (~2).
+MAX_LINES = 6336
 
 
 def test_the_package_stays_small():
